@@ -1,0 +1,35 @@
+"""Attention kernels behind one API: reference (plain XLA) and the faster implementations.
+
+Every implementation takes q (B, Tq, H, D), k and v (B, Tk, KV, D), query and key positions and segment
+ids (segment 0 is padding), and returns (out, lse). `attention` picks one by name.
+"""
+from collections.abc import Callable
+
+from kernels.mask import attention_mask, default_positions_and_segments
+from kernels.reference import reference_attention
+
+ATTENTION_IMPLS: dict[str, Callable] = {"reference": reference_attention}
+
+
+def register_attention(name: str):
+    def wrap(fn):
+        ATTENTION_IMPLS[name] = fn
+        return fn
+    return wrap
+
+
+def attention(q, k, v, *, q_positions=None, kv_positions=None, q_segment_ids=None, kv_segment_ids=None,
+              causal=True, sliding_window=None, scale=None, logit_softcap=None, impl="reference",
+              return_lse=False):
+    """Dispatch to the attention implementation `impl`; returns out, or (out, lse) with return_lse."""
+    if impl not in ATTENTION_IMPLS:
+        raise ValueError(f"unknown attention impl {impl!r}; known: {sorted(ATTENTION_IMPLS)}")
+    q_positions, kv_positions, q_segment_ids, kv_segment_ids = default_positions_and_segments(
+        q, k, q_positions, kv_positions, q_segment_ids, kv_segment_ids)
+    out, lse = ATTENTION_IMPLS[impl](q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids,
+                                      causal=causal, sliding_window=sliding_window, scale=scale,
+                                      logit_softcap=logit_softcap)
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["attention", "attention_mask", "reference_attention", "register_attention", "ATTENTION_IMPLS"]

@@ -1,0 +1,104 @@
+"""Model configuration for the Llama 2/3 and Qwen2/2.5/3 decoder family."""
+import dataclasses
+
+import jax.numpy as jnp
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+FAMILIES = ("llama", "qwen2", "qwen3")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
+
+
+@dataclasses.dataclass(unsafe_hash=True)
+class RopeScaling:
+    """RoPE frequency scaling; field names follow HF `rope_parameters`."""
+
+    rope_type: str = "default"
+    factor: float = 1.0
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    mscale: float | None = None  # yarn
+    mscale_all_dim: float | None = None  # yarn
+    attention_factor: float | None = None  # yarn
+    truncate: bool = True  # yarn
+
+    def __post_init__(self):
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"model.rope_scaling.rope_type={self.rope_type!r}; expected one of {ROPE_TYPES}")
+
+
+@dataclasses.dataclass(unsafe_hash=True)
+class ModelConfig:
+    """Architecture and numerics of one decoder-only transformer.
+
+    `family` picks the HF `model_type` for export; the flags describe the differences between families:
+    Qwen2 has QKV bias and (small sizes) tied embeddings, Qwen3 has QK-norm, Llama neither.
+    """
+
+    family: str = "qwen2"
+    vocab_size: int = 128
+    hidden_size: int = 64
+    intermediate_size: int = 176
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int | None = None
+    max_position_embeddings: int = 2048
+    rope_theta: float = 10000.0
+    rope_scaling: RopeScaling = dataclasses.field(default_factory=RopeScaling)
+    rms_norm_eps: float = 1e-6
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    tie_embeddings: bool = False
+    sliding_window: int | None = None
+    initializer_range: float = 0.02
+    param_dtype: str = "float32"
+    compute_dtype: str = "float32"
+    logits_dtype: str = "float32"
+    attention_impl: str = "reference"
+    remat: str = "none"
+    scan_layers: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.rope_scaling, dict):
+            self.rope_scaling = RopeScaling(**self.rope_scaling)
+        if self.family not in FAMILIES:
+            raise ValueError(f"model.family={self.family!r}; expected one of {FAMILIES}")
+        for key in ("param_dtype", "compute_dtype", "logits_dtype"):
+            if getattr(self, key) not in DTYPES:
+                raise ValueError(f"model.{key}={getattr(self, key)!r}; expected one of {sorted(DTYPES)}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"model.num_heads={self.num_heads} must be a multiple of "
+                             f"model.num_kv_heads={self.num_kv_heads}")
+        if self.remat not in REMAT_POLICIES:
+            raise ValueError(f"model.remat={self.remat!r}; expected one of {REMAT_POLICIES}")
+        if self.head_dim is None:
+            if self.hidden_size % self.num_heads:
+                raise ValueError("model.hidden_size must be divisible by model.num_heads when head_dim is unset")
+            self.head_dim = self.hidden_size // self.num_heads
+
+    @property
+    def dtype(self):
+        return DTYPES[self.compute_dtype]
+
+    @property
+    def pdtype(self):
+        return DTYPES[self.param_dtype]
+
+    def num_params(self) -> int:
+        D, F, H, KV, Dh, V, L = (self.hidden_size, self.intermediate_size, self.num_heads, self.num_kv_heads,
+                                 self.head_dim, self.vocab_size, self.num_layers)
+        per_layer = D * Dh * (H + 2 * KV) + H * Dh * D + 3 * D * F + 2 * D
+        per_layer += (H + 2 * KV) * Dh * self.qkv_bias + D * self.o_bias + 2 * Dh * self.qk_norm
+        return V * D * (1 if self.tie_embeddings else 2) + L * per_layer + D
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token (forward + backward = 3x forward), attention included."""
+        n = self.num_params() - self.vocab_size * self.hidden_size * (0 if self.tie_embeddings else 1)
+        attn = 2 * self.num_layers * seq_len * self.num_heads * self.head_dim  # QK^T and PV, causal ~1/2 of 2x
+        return 3 * (2 * n + attn)

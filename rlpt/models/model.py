@@ -1,0 +1,64 @@
+"""`Model`: a config plus a parameter pytree, callable like a function; the public face of rlpt.models."""
+import dataclasses
+import functools
+
+import jax
+
+from rlpt.models import hf
+from rlpt.models.config import ModelConfig
+from rlpt.models.transformer import forward, init_params, param_axes
+from rlpt.parallel.rules import named_sharding
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jit_forward(cfg, params, tokens, positions, segment_ids):
+    return forward(params, cfg, tokens, positions, segment_ids)
+
+
+@dataclasses.dataclass
+class Model:
+    """A decoder-only LM. `model(tokens)` is a jitted pure function of `model.params`.
+
+    Inside your own jitted code call `rlpt.models.forward(model.params, model.config, ...)` directly.
+    """
+
+    config: ModelConfig
+    params: dict
+
+    def __call__(self, tokens, positions=None, segment_ids=None):
+        """Logits (B, T, vocab) for int tokens (B, T); positions default to arange, segment 0 is padding."""
+        return _jit_forward(self.config, self.params, tokens, positions, segment_ids)
+
+    def save_pretrained(self, folder: str, *, dtype: str | None = None, max_shard_bytes: int = 2 << 30,
+                        tokenizer=None) -> None:
+        """Write an HF checkpoint folder (config.json + safetensors) that `transformers` loads."""
+        hf.save_params(self.params, self.config, folder, dtype=dtype, max_shard_bytes=max_shard_bytes)
+        if tokenizer is not None:
+            tokenizer.save(folder)
+
+    def with_params(self, params) -> "Model":
+        return dataclasses.replace(self, params=params)
+
+    @property
+    def param_axes(self) -> dict:
+        return param_axes(self.config)
+
+
+def load_pretrained(folder: str, *, mesh=None, **config_overrides) -> Model:
+    """Load an HF Llama / Qwen2 / Qwen3 checkpoint folder; with a mesh, tensors land on their shardings.
+
+    config_overrides set rlpt-only options (param_dtype, compute_dtype, attention_impl, remat, ...).
+    """
+    cfg = hf.config_from_hf(folder, **config_overrides)
+    return Model(cfg, hf.load_params(folder, cfg, mesh=mesh))
+
+
+def init_model(cfg: ModelConfig, seed: int = 0, *, mesh=None) -> Model:
+    """A randomly initialised model; with a mesh, parameters are created already sharded."""
+    rng = jax.random.key(seed)
+    if mesh is None:
+        return Model(cfg, init_params(cfg, rng))
+    shardings = jax.tree.map(lambda names, shape: named_sharding(mesh, names, shape), param_axes(cfg),
+                             jax.eval_shape(lambda: init_params(cfg, rng)),
+                             is_leaf=lambda x: isinstance(x, tuple))
+    return Model(cfg, jax.jit(init_params, static_argnums=0, out_shardings=shardings)(cfg, rng))

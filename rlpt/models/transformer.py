@@ -1,0 +1,219 @@
+"""The decoder-only transformer as pure functions of a parameter pytree (layers stacked for lax.scan)."""
+import functools
+
+import jax
+import jax.numpy as jnp
+
+import kernels
+from rlpt.models.config import DTYPES, ModelConfig
+from rlpt.models.rope import apply_rope, rope_cos_sin
+from rlpt.parallel.rules import constrain
+
+ACT = ("batch", "act_seq", "act_embed")
+
+
+def param_axes(cfg: ModelConfig) -> dict:
+    """Logical axis names of every parameter, the same tree structure as `init_params`."""
+    layers = {
+        "attn_norm": ("layers", "norm"),
+        "wq": ("layers", "embed", "heads", "head_dim"),
+        "wk": ("layers", "embed", "kv_heads", "head_dim"),
+        "wv": ("layers", "embed", "kv_heads", "head_dim"),
+        "wo": ("layers", "heads", "head_dim", "embed"),
+        "mlp_norm": ("layers", "norm"),
+        "w_gate": ("layers", "embed", "mlp"),
+        "w_up": ("layers", "embed", "mlp"),
+        "w_down": ("layers", "mlp", "embed"),
+    }
+    if cfg.qkv_bias:
+        layers |= {"bq": ("layers", "heads", "head_dim"), "bk": ("layers", "kv_heads", "head_dim"),
+                   "bv": ("layers", "kv_heads", "head_dim")}
+    if cfg.o_bias:
+        layers["bo"] = ("layers", "norm")
+    if cfg.mlp_bias:
+        layers |= {"b_gate": ("layers", "mlp"), "b_up": ("layers", "mlp"), "b_down": ("layers", "norm")}
+    if cfg.qk_norm:
+        layers |= {"q_norm": ("layers", "head_dim"), "k_norm": ("layers", "head_dim")}
+    axes = {"embed": ("vocab", "embed"), "layers": layers, "final_norm": ("norm",)}
+    if not cfg.tie_embeddings:
+        axes["lm_head"] = ("embed", "vocab")
+    return axes
+
+
+def param_shapes(cfg: ModelConfig) -> dict:
+    L, D, F, H, KV, Dh, V = (cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                             cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size)
+    dims = {"layers": L, "embed": D, "mlp": F, "heads": H, "kv_heads": KV, "head_dim": Dh, "vocab": V, "norm": D}
+    return jax.tree.map(lambda names: tuple(dims[n] for n in names), param_axes(cfg),
+                        is_leaf=lambda x: isinstance(x, tuple))
+
+
+def init_params(cfg: ModelConfig, rng) -> dict:
+    """Weights ~ N(0, initializer_range), norms 1, biases 0 (HF's init), in cfg.param_dtype."""
+    shapes = param_shapes(cfg)
+    flat, treedef = jax.tree.flatten_with_path(shapes, is_leaf=lambda x: isinstance(x, tuple))
+    keys = jax.random.split(rng, len(flat))
+    leaves = []
+    for (path, shape), key in zip(flat, keys):
+        name = path[-1].key
+        if "norm" in name:
+            leaves.append(jnp.ones(shape, cfg.pdtype))
+        elif name.startswith("b"):
+            leaves.append(jnp.zeros(shape, cfg.pdtype))
+        else:
+            leaves.append((cfg.initializer_range * jax.random.normal(key, shape, jnp.float32)).astype(cfg.pdtype))
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def rms_norm(x, weight, eps):
+    """HF RMSNorm: normalise in float32, cast back, then scale."""
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return weight.astype(x.dtype) * xf.astype(x.dtype)
+
+
+def dense(eq, x, w, dtype):
+    """einsum in the compute dtype; bf16 accumulates in f32 (the fast path on XLA:CPU too)."""
+    out = jnp.einsum(eq, x, w.astype(dtype), preferred_element_type=jnp.float32)
+    return out.astype(dtype)
+
+
+def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index):
+    """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,)."""
+    dt = cfg.dtype
+    q = dense("btd,dhk->bthk", x, lp["wq"], dt)
+    k = dense("btd,dhk->bthk", x, lp["wk"], dt)
+    v = dense("btd,dhk->bthk", x, lp["wv"], dt)
+    if cfg.qkv_bias:
+        q, k, v = q + lp["bq"].astype(dt), k + lp["bk"].astype(dt), v + lp["bv"].astype(dt)
+    if cfg.qk_norm:
+        q, k = rms_norm(q, lp["q_norm"], cfg.rms_norm_eps), rms_norm(k, lp["k_norm"], cfg.rms_norm_eps)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q = constrain(q, ("batch", "act_seq", "act_heads", "act_head_dim"))
+    new_cache = None
+    if kv_cache is None:
+        kk, vv, kv_pos, kv_seg = k, v, positions, segment_ids
+    else:
+        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+        kk = write(kv_cache["k"], k.astype(kv_cache["k"].dtype), cache_index)
+        vv = write(kv_cache["v"], v.astype(kv_cache["v"].dtype), cache_index)
+        new_cache = {"k": kk, "v": vv}
+        kv_pos, kv_seg = kv_cache["positions"], kv_cache["segment_ids"]
+        kk, vv = kk.astype(dt), vv.astype(dt)
+    out = kernels.attention(q, kk, vv, q_positions=positions, kv_positions=kv_pos, q_segment_ids=segment_ids,
+                            kv_segment_ids=kv_seg, causal=True, sliding_window=cfg.sliding_window,
+                            impl=cfg.attention_impl if kv_cache is None else "reference")
+    out = dense("bthk,hkd->btd", out, lp["wo"], dt)
+    if cfg.o_bias:
+        out = out + lp["bo"].astype(dt)
+    return out, new_cache
+
+
+def _mlp_block(cfg, lp, x):
+    dt = cfg.dtype
+    gate = dense("btd,df->btf", x, lp["w_gate"], dt)
+    up = dense("btd,df->btf", x, lp["w_up"], dt)
+    if cfg.mlp_bias:
+        gate, up = gate + lp["b_gate"].astype(dt), up + lp["b_up"].astype(dt)
+    h = constrain(jax.nn.silu(gate) * up, ("batch", "act_seq", "act_mlp"))
+    out = dense("btf,fd->btd", h, lp["w_down"], dt)
+    return out + lp["b_down"].astype(dt) if cfg.mlp_bias else out
+
+
+def _block(cfg, x, lp, cos, sin, positions, segment_ids, kv_cache, cache_index):
+    h = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
+    attn, new_cache = _attention_block(cfg, lp, h, cos, sin, positions, segment_ids, kv_cache, cache_index)
+    x = constrain(x + attn, ACT)
+    x = x + _mlp_block(cfg, lp, rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps))
+    return constrain(x, ACT), new_cache
+
+
+_REMAT = {
+    "full": None,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None):
+    """Final-norm hidden states (B, T, D) for tokens (B, T); returns (hidden, new_cache or None).
+
+    positions (B, T) default to arange; segment_ids (B, T) default to ones (0 marks padding).
+    cache: from `init_cache`; the T new tokens are written at cache["index"] (B,) and attend to every
+    filled slot of their segment.
+    """
+    B, T = tokens.shape
+    if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    if segment_ids is None:
+        segment_ids = jnp.ones((B, T), jnp.int32)
+    positions, segment_ids = positions.astype(jnp.int32), segment_ids.astype(jnp.int32)
+    x = jnp.take(params["embed"], tokens, axis=0).astype(cfg.dtype)
+    x = constrain(x, ACT)
+    cos, sin = rope_cos_sin(cfg, positions)
+    layer_caches, cache_index = None, None
+    if cache is not None:
+        cache_index = cache["index"]
+        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+        kv_positions = write(cache["positions"], positions, cache_index)
+        kv_segments = write(cache["segment_ids"], segment_ids, cache_index)
+        layer_caches = {"k": cache["k"], "v": cache["v"]}
+
+    def body(x, xs):
+        lp, lc = xs
+        if lc is not None:
+            lc = dict(lc, positions=kv_positions, segment_ids=kv_segments)
+        return _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, cache_index)
+
+    if cfg.remat != "none":
+        body = jax.checkpoint(body, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
+    if cfg.scan_layers:
+        x, new_layer_caches = jax.lax.scan(body, x, (params["layers"], layer_caches))
+    else:
+        outs = []
+        for i in range(cfg.num_layers):
+            lp = jax.tree.map(lambda a, i=i: a[i], params["layers"])
+            lc = None if layer_caches is None else jax.tree.map(lambda a, i=i: a[i], layer_caches)
+            x, c = body(x, (lp, lc))
+            outs.append(c)
+        new_layer_caches = None if layer_caches is None else jax.tree.map(lambda *a: jnp.stack(a), *outs)
+    x = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
+    new_cache = None
+    if cache is not None:
+        new_cache = {"k": new_layer_caches["k"], "v": new_layer_caches["v"], "positions": kv_positions,
+                     "segment_ids": kv_segments, "index": cache_index + T}
+    return x, new_cache
+
+
+def lm_head(params, cfg: ModelConfig):
+    """The (D, V) output projection (the transposed embedding when tied)."""
+    return params["embed"].T if cfg.tie_embeddings else params["lm_head"]
+
+
+def logits_from_hidden(params, cfg: ModelConfig, hidden):
+    """Logits (B, T, V) in cfg.logits_dtype from hidden states (B, T, D)."""
+    head = lm_head(params, cfg).astype(cfg.dtype)
+    logits = jnp.einsum("btd,dv->btv", hidden, head, preferred_element_type=jnp.float32)
+    return constrain(logits.astype(DTYPES[cfg.logits_dtype]), ("batch", "act_seq", "act_vocab"))
+
+
+def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None):
+    """Logits (B, T, V) for tokens (B, T); with a cache, returns (logits, new_cache)."""
+    hidden, new_cache = hidden_states(params, cfg, tokens, positions, segment_ids, cache=cache)
+    logits = logits_from_hidden(params, cfg, hidden)
+    return logits if cache is None else (logits, new_cache)
+
+
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
+    """An empty KV cache of max_len slots per row: k, v (L, B, S, KV, Dh); slots start as padding."""
+    dtype = cfg.dtype if dtype is None else dtype
+    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
+    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
+            "positions": jnp.zeros((batch, max_len), jnp.int32),
+            "segment_ids": jnp.zeros((batch, max_len), jnp.int32),
+            "index": jnp.zeros((batch,), jnp.int32)}
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def jit_forward(params, cfg, tokens, positions=None, segment_ids=None):
+    return forward(params, cfg, tokens, positions, segment_ids)

