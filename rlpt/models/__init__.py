@@ -2,6 +2,7 @@
 from rlpt.models.config import ModelConfig, RopeScaling
 from rlpt.models.hf import CheckpointError, config_from_hf, config_to_hf
 from rlpt.models.model import Model, init_model, load_pretrained
+from rlpt.models.tokenizer import Tokenizer, builtin_tokenizer, load_tokenizer
 from rlpt.models.transformer import (
     forward,
     hidden_states,
@@ -14,7 +15,7 @@ from rlpt.models.transformer import (
 )
 
 __all__ = [
-    "CheckpointError", "Model", "ModelConfig", "RopeScaling", "config_from_hf", "config_to_hf", "forward",
+    "CheckpointError", "Model", "Tokenizer", "builtin_tokenizer", "load_tokenizer", "ModelConfig", "RopeScaling", "config_from_hf", "config_to_hf", "forward",
     "hidden_states", "init_cache", "init_model", "init_params", "lm_head", "load_pretrained",
     "logits_from_hidden", "param_axes", "param_shapes",
 ]
