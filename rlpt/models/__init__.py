@@ -15,7 +15,8 @@ from rlpt.models.transformer import (
 )
 
 __all__ = [
-    "CheckpointError", "Model", "Tokenizer", "builtin_tokenizer", "load_tokenizer", "ModelConfig", "RopeScaling", "config_from_hf", "config_to_hf", "forward",
+    "CheckpointError", "Model", "ModelConfig", "RopeScaling", "Tokenizer", "builtin_tokenizer", "config_from_hf",
+    "config_to_hf", "forward", "load_tokenizer",
     "hidden_states", "init_cache", "init_model", "init_params", "lm_head", "load_pretrained",
     "logits_from_hidden", "param_axes", "param_shapes",
 ]

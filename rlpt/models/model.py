@@ -58,7 +58,7 @@ def init_model(cfg: ModelConfig, seed: int = 0, *, mesh=None) -> Model:
     rng = jax.random.key(seed)
     if mesh is None:
         return Model(cfg, init_params(cfg, rng))
-    shardings = jax.tree.map(lambda names, shape: named_sharding(mesh, names, shape), param_axes(cfg),
+    shardings = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), param_axes(cfg),
                              jax.eval_shape(lambda: init_params(cfg, rng)),
                              is_leaf=lambda x: isinstance(x, tuple))
     return Model(cfg, jax.jit(init_params, static_argnums=0, out_shardings=shardings)(cfg, rng))

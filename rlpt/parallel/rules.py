@@ -4,7 +4,8 @@ import contextvars
 import logging
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def test_logits_padding(pair, side):
     if pair[0] == "llama_dynamic":
         return  # dynamic NTK frequencies depend on the batch's longest row (as in HF): no per-row invariance
     # Each row alone, unpadded, gives the same logits as inside the padded batch.
-    for i, n in enumerate(lengths):
+    for i in range(len(lengths)):
         alone = np.asarray(model(tokens[i:i + 1][real[i:i + 1]][None]))[0]
         np.testing.assert_allclose(ours[i][real[i]], alone, atol=TOL, rtol=0)
 

@@ -1,0 +1,37 @@
+"""Held-out pass@1 on procedural tasks: greedy generation through the sampler, scored by each domain's verifier."""
+import numpy as np
+
+from rlpt.rollout.format import prompt_ids, response_text
+
+
+def heldout_tasks(domains: list[str], tiers: dict[str, list[int]], per_domain: int, offset: int = 0):
+    """Eval-split tasks (seeds from EVAL_SEED_START), spread evenly over each domain's tiers."""
+    from rlpt.tasks import EVAL_SEED_START, get_domain
+
+    tasks = []
+    for name in domains:
+        dom, ts = get_domain(name), tiers[name]
+        for i in range(per_domain):
+            tasks.append(dom.generate(EVAL_SEED_START + offset + i, ts[i % len(ts)]))
+    return tasks
+
+
+def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 128) -> dict:
+    """pass@1 (greedy) overall and per domain; returns {"pass1", "per_domain", "n"}."""
+    from rlpt.sampling import generate
+    from rlpt.tasks import get_domain
+
+    scores = []
+    for start in range(0, len(tasks), batch_size):
+        chunk = tasks[start:start + batch_size]
+        out = generate(model, [prompt_ids(tok, t.prompt) for t in chunk], max_new_tokens, temperature=0.0,
+                       stop_ids=tuple(tok.eos_ids))
+        toks = np.asarray(out.tokens)
+        for t, row, n in zip(chunk, toks, np.asarray(out.lengths)):
+            verdict = get_domain(t.domain).verify(t, response_text(tok, row[:int(n)]))
+            scores.append((t.domain, float(verdict.passed)))
+    per = {}
+    for d, s in scores:
+        per.setdefault(d, []).append(s)
+    return {"pass1": float(np.mean([s for _, s in scores])) if scores else 0.0,
+            "per_domain": {d: float(np.mean(v)) for d, v in sorted(per.items())}, "n": len(scores)}

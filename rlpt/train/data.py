@@ -1,0 +1,175 @@
+"""SFT data: JSONL or procedural-task sources, a weighted mixture with a replay share, FFD packing, and a
+deterministic iterator whose whole position is a small JSON-able dict (saved in checkpoints)."""
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from rlpt.config.schema import DataConfig, SourceConfig
+from rlpt.rollout.format import completion_ids, prompt_ids
+from rlpt.train.packing import first_fit_decreasing, pack_rows, shift_example
+
+
+class DataError(ValueError):
+    """Bad training data; the message names the file and line."""
+
+
+def _rng(*keys: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in keys]))
+
+
+def read_jsonl(path: str, tok) -> list[tuple[list[int], list[int], int]]:
+    """(ids, completion mask, difficulty) per line: {"prompt", "completion"} or {"messages": [...]}."""
+    if not os.path.exists(path):
+        raise DataError(f"{path}: JSONL file not found")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from e
+            if not isinstance(rec, dict):
+                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            if "messages" in rec:
+                try:
+                    ids, mask = tok.encode_chat(rec["messages"])
+                except (TypeError, ValueError, KeyError) as e:
+                    raise DataError(f"{path}:{lineno}: bad 'messages' ({e})") from e
+            elif isinstance(rec.get("prompt"), str) and isinstance(rec.get("completion"), str):
+                p, c = prompt_ids(tok, rec["prompt"]), completion_ids(tok, rec["completion"])
+                ids, mask = p + c, [0] * len(p) + [1] * len(c)
+            else:
+                raise DataError(f"{path}:{lineno}: needs string 'prompt' and 'completion', or 'messages'")
+            if sum(mask) == 0:
+                raise DataError(f"{path}:{lineno}: no assistant tokens to train on")
+            out.append((ids, mask, int(rec.get("difficulty", 0))))
+    if not out:
+        raise DataError(f"{path}: no examples")
+    return out
+
+
+@dataclasses.dataclass
+class TaskSource:
+    """Procedural tasks from the registry: the gold answer is the completion (train seeds only)."""
+
+    tok: object
+    domains: list[str]
+    weights: np.ndarray
+    tiers: dict[str, list[int]]
+    seed: int
+    easy_to_hard: bool
+    horizon: int
+
+    def example(self, j: int):
+        from rlpt.tasks import get_domain
+
+        r = _rng(self.seed, 7, j)
+        name = self.domains[r.choice(len(self.domains), p=self.weights)]
+        tiers = self.tiers[name]
+        if self.easy_to_hard:
+            top = min(len(tiers) - 1, int(len(tiers) * min(j / max(self.horizon, 1), 0.999)))
+            tier = tiers[r.integers(0, top + 1)]
+        else:
+            tier = tiers[r.integers(0, len(tiers))]
+        task = get_domain(name).generate(int(r.integers(0, 1 << 29)), tier)
+        p, c = prompt_ids(self.tok, task.prompt), completion_ids(self.tok, task.meta["answer"])
+        return p + c, [0] * len(p) + [1] * len(c), tier
+
+
+class SFTData:
+    """Deterministic batches of packed rows. state = {"cursor", "counters", "deferred", "dropped", ...}."""
+
+    def __init__(self, cfg: DataConfig, tok, seed: int, *, domains=None, total_steps: int = 1):
+        self.cfg, self.tok, self.seed = cfg, tok, seed
+        if cfg.overlong not in ("truncate", "drop"):
+            raise ValueError(f"data.overlong={cfg.overlong!r}; expected 'truncate' or 'drop'")
+        if not cfg.sources:
+            raise ValueError("data.sources is empty")
+        self.names = sorted(cfg.sources)
+        self.sources = {}
+        for name in self.names:
+            src: SourceConfig = cfg.sources[name]
+            if src.kind == "jsonl":
+                rows = read_jsonl(src.path, tok)
+                if cfg.easy_to_hard:
+                    rows = sorted(rows, key=lambda r: r[2])
+                self.sources[name] = rows
+            elif src.kind == "tasks":
+                if not domains:
+                    raise ValueError(f"data.sources.{name}: kind 'tasks' needs a non-empty domain mixture")
+                names, weights, tiers = domains
+                self.sources[name] = TaskSource(tok, names, np.asarray(weights) / np.sum(weights), tiers, seed,
+                                                cfg.easy_to_hard, total_steps * cfg.batch_size * 4)
+            else:
+                raise ValueError(f"data.sources.{name}.kind={src.kind!r}; expected 'jsonl' or 'tasks'")
+        self.state = {"cursor": 0, "counters": {n: 0 for n in self.names}, "deferred": [],
+                      "dropped": 0, "truncated": 0}
+
+    def _pick_source(self, i: int) -> str:
+        r = _rng(self.seed, 3, i)
+        replay = [n for n in self.names if self.cfg.sources[n].replay]
+        main = [n for n in self.names if not self.cfg.sources[n].replay] or self.names
+        pool = replay if replay and r.random() < self.cfg.replay_share else main
+        w = np.array([self.cfg.sources[n].weight for n in pool], np.float64)
+        return pool[r.choice(len(pool), p=w / w.sum())]
+
+    def _example(self, name: str, j: int):
+        src = self.sources[name]
+        if isinstance(src, TaskSource):
+            ids, mask, _ = src.example(j)
+            return ids, mask
+        n = len(src)
+        epoch, k = divmod(j, n)
+        order = np.arange(n) if self.cfg.easy_to_hard else _rng(self.seed, 5, epoch).permutation(n)
+        ids, mask, _ = src[int(order[k])]
+        return ids, mask
+
+    def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """One optimizer step of rows (batch_size, seq_len) plus data metrics."""
+        cfg, st = self.cfg, self.state
+        row_len, rows_n = cfg.seq_len, cfg.batch_size
+        window = [tuple(w) for w in st["deferred"]]
+        examples = [shift_example(*self._example(s, j)) for s, j in window]
+        total, budget = sum(len(e[0]) for e in examples), rows_n * row_len
+        while (total < 2 * budget if cfg.packing else len(window) < rows_n) or len(window) < rows_n:
+            s = self._pick_source(st["cursor"])
+            st["cursor"] += 1
+            window.append((s, st["counters"][s]))
+            st["counters"][s] += 1
+            examples.append(shift_example(*self._example(*window[-1])))
+            total += len(examples[-1][0])
+        keep, over = [], 0
+        for idx, (inp, tgt, msk) in enumerate(examples):
+            if len(inp) > row_len:
+                over += 1
+                if cfg.overlong == "drop":
+                    continue
+                inp, tgt, msk = inp[:row_len], tgt[:row_len], msk[:row_len]
+                examples[idx] = (inp, tgt, msk)
+            keep.append(idx)
+        if cfg.overlong == "drop":
+            st["dropped"] += over
+        else:
+            st["truncated"] += over
+        if cfg.packing:
+            rows, unplaced = first_fit_decreasing([len(examples[i][0]) for i in keep], rows_n, row_len)
+            rows = [[keep[i] for i in r] for r in rows]
+            st["deferred"] = [list(window[keep[i]]) for i in unplaced]
+        else:
+            rows = [[i] for i in keep[:rows_n]] + [[] for _ in range(rows_n - len(keep[:rows_n]))]
+            st["deferred"] = [list(window[i]) for i in keep[rows_n:]]
+        batch = pack_rows(examples, rows, row_len, pad_id=0)
+        metrics = {"data/examples": float(sum(len(r) for r in rows)), "data/overlong": float(over),
+                   "data/fill": float((batch["segment_ids"] > 0).mean())}
+        return batch, metrics
+
+    def get_state(self) -> dict:
+        return json.loads(json.dumps(self.state))
+
+    def set_state(self, state: dict) -> None:
+        self.state = json.loads(json.dumps(state))
+        self.state["deferred"] = [tuple(x) for x in self.state["deferred"]]

@@ -1,0 +1,184 @@
+"""Shared run machinery for every stage: mesh, sharded state, the jitted step, resume, logging, summary."""
+import dataclasses
+import json
+import logging
+import os
+import time
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from rlpt.config.schema import Config
+from rlpt.models import Model, ModelConfig, init_model, load_pretrained
+from rlpt.models.transformer import param_axes
+from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed
+from rlpt.train.checkpoint import Checkpointer, fingerprint
+from rlpt.train.lora import init_lora, merge_lora
+from rlpt.train.optim import make_optimizer, make_schedule
+from rlpt.train.state import create_state
+from rlpt.train.step import build_train_step
+
+log = logging.getLogger(__name__)
+
+
+def setup_mesh(cfg: Config, devices=None):
+    maybe_initialize_distributed(cfg.mesh)
+    return make_mesh(cfg.mesh, devices)
+
+
+def build_model(cfg: Config, mesh) -> Model:
+    if cfg.train.init_from:
+        overrides = {k: getattr(cfg.model, k) for k in ("param_dtype", "compute_dtype", "attention_impl", "remat")}
+        return load_pretrained(cfg.train.init_from, mesh=mesh, **overrides)
+    return init_model(cfg.model, cfg.train.seed, mesh=mesh)
+
+
+def shard_batch(batch: dict, mesh) -> dict:
+    """Place a global host batch (A, b, T) with batch over (data, fsdp) and sequence over seq."""
+    out = {}
+    for k, v in batch.items():
+        v = np.asarray(v)
+        names = (None, "batch", "act_seq")[: v.ndim]
+        sharding = NamedSharding(mesh, logical_spec(names, v.shape, mesh))
+        out[k] = jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
+    return out
+
+
+def microbatch(batch: dict, num_micro: int) -> dict:
+    """(B, ...) -> (A, B/A, ...)."""
+    B = next(iter(batch.values())).shape[0]
+    if B % num_micro:
+        raise ValueError(f"data.batch_size={B} is not divisible by optim.grad_accum={num_micro}")
+    return {k: v.reshape(num_micro, B // num_micro, *v.shape[1:]) for k, v in batch.items()}
+
+
+@dataclasses.dataclass
+class Trainer:
+    """Everything a stage loop needs; built by `make_trainer`."""
+
+    cfg: Config
+    mesh: object
+    model_cfg: ModelConfig
+    state: object
+    step_fn: object
+    params_fn: object
+    checkpointer: Checkpointer | None
+    schedule: object
+
+    def model(self) -> Model:
+        """The current policy as a Model (LoRA merged)."""
+        params = self.state.params if self.params_fn is None else self.params_fn(self.state.params,
+                                                                                  self.state.frozen)
+        return Model(self.model_cfg, params)
+
+    def step(self, host_batch: dict):
+        batch = shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh)
+        with jax.set_mesh(self.mesh), axis_rules(self.cfg.mesh.rules):
+            self.state, metrics = self.step_fn(self.state, batch)
+        return metrics
+
+
+def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = None, devices=None) -> Trainer:
+    """Build mesh, model, optimizer, sharded TrainState and the jitted step for `loss_fn_factory(model_cfg)`."""
+    mesh = setup_mesh(cfg, devices)
+    with jax.set_mesh(mesh), axis_rules(cfg.mesh.rules):
+        model = build_model(cfg, mesh)
+        optimizer = make_optimizer(cfg.optim, cfg.train.steps)
+        params_fn, frozen = None, dict(extra_frozen or {})
+        if cfg.lora.rank > 0:
+            trainable = init_lora(model.params, cfg.lora, jax.random.key(cfg.train.seed + 1))
+            frozen["base"] = model.params
+
+            def params_fn(adapters, fr):
+                return merge_lora(fr["base"], adapters, cfg.lora)
+        else:
+            trainable = model.params
+        state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f))(trainable, frozen)
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings,
+                               params_fn=params_fn)
+    ckpt = None
+    if cfg.train.ckpt_every > 0:
+        fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
+                         dataclasses.asdict(cfg.lora))
+        ckpt = Checkpointer(os.path.join(cfg.train.out_dir, "checkpoints"), every=cfg.train.ckpt_every,
+                            keep=cfg.train.keep, fingerprint=fp)
+    return Trainer(cfg, mesh, model.config, state, step_fn, params_fn, ckpt,
+                   make_schedule(cfg.optim, cfg.train.steps))
+
+
+def maybe_resume(trainer: Trainer) -> dict | None:
+    """Restore the latest checkpoint when train.resume=auto; returns its meta (data/curriculum state)."""
+    ck = trainer.checkpointer
+    if ck is None or trainer.cfg.train.resume != "auto" or ck.latest_step() is None:
+        return None
+    state, meta = ck.restore(trainer.state)
+    trainer.state = state
+    log.info("resumed from %s at step %d", ck.directory, int(state.step))
+    return meta
+
+
+def export_hf(trainer: Trainer, folder: str, tok=None):
+    trainer.model().save_pretrained(folder, tokenizer=tok)
+
+
+def param_shardings_match_rules(model_cfg, params, mesh, rules) -> list[str]:
+    """Parameters whose sharding differs from what the rules table gives, as messages (empty: all match)."""
+    names = jax.tree.leaves(param_axes(model_cfg), is_leaf=lambda x: isinstance(x, tuple))
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    bad = []
+    with axis_rules(rules):
+        for (path, leaf), axes in zip(flat, names):
+            want = NamedSharding(mesh, logical_spec(axes, leaf.shape, mesh))
+            if not leaf.sharding.is_equivalent_to(want, leaf.ndim):
+                bad.append(f"{jax.tree_util.keystr(path)}: {leaf.sharding.spec} != {want.spec}")
+    return bad
+
+
+class Progress:
+    """Periodic progress lines with ETA (and a tqdm bar when enabled and on a TTY)."""
+
+    def __init__(self, total: int, start: int, every: int, enabled: bool):
+        self.total, self.start, self.every = total, start, max(every, 1)
+        self.t0 = time.time()
+        self.bar = None
+        if enabled and os.isatty(2) and jax.process_index() == 0:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, initial=start, dynamic_ncols=True)
+
+    def update(self, step: int, metrics: dict):
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in metrics.items() if k in ("loss", "grad_norm")})
+        if step % self.every == 0 or step == self.total:
+            done = step - self.start
+            rate = done / max(time.time() - self.t0, 1e-9)
+            eta = (self.total - step) / max(rate, 1e-9)
+            shown = " ".join(f"{k}={float(v):.4g}" for k, v in metrics.items() if np.ndim(v) == 0)
+            msg = f"step {step}/{self.total} {shown} eta={eta:.0f}s"
+            if self.bar is not None:
+                self.bar.write(msg)
+            elif jax.process_index() == 0:
+                print(msg, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def print_summary(summary: dict):
+    """A short table, then the JSON line (always the last stdout line) for scripts and sweeps."""
+    if jax.process_index() != 0:
+        return
+    print("\n== summary ==")
+    for k, v in summary.items():
+        if not isinstance(v, dict):
+            print(f"  {k:<22} {v}")
+    print(json.dumps(summary, default=float), flush=True)
+
+
+def to_float(metrics: dict) -> dict:
+    return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+

@@ -1,0 +1,121 @@
+"""Supervised fine-tuning: packed completion-only cross-entropy on the shared train step."""
+import json
+import logging
+import os
+import time
+
+import jax
+import numpy as np
+
+from rlpt.config.schema import Config
+from rlpt.models import builtin_tokenizer, load_tokenizer
+from rlpt.observe.tensorboard import TBWriter
+from rlpt.train.data import SFTData
+from rlpt.train.loop import Progress, export_hf, make_trainer, maybe_resume, print_summary, to_float
+from rlpt.train.losses import sft_loss
+
+log = logging.getLogger(__name__)
+
+
+def get_tokenizer(cfg: Config):
+    return builtin_tokenizer() if cfg.data.tokenizer == "builtin" else load_tokenizer(cfg.data.tokenizer)
+
+
+def domain_mixture(cfg: Config):
+    """(names, weights, tiers per domain) from the `domains` config group."""
+    import fnmatch
+
+    from rlpt.tasks import get_domain, resolve
+
+    names = resolve(list(cfg.domains.include))
+    weights = []
+    for n in names:
+        w = [v for pat, v in cfg.domains.weights.items() if fnmatch.fnmatchcase(n, pat)]
+        weights.append(w[0] if w else 1.0)
+    tiers = {}
+    for n in names:
+        own = list(get_domain(n).tiers)
+        tiers[n] = [t for t in own if t in cfg.domains.tiers] if cfg.domains.tiers else own
+        if not tiers[n]:
+            raise ValueError(f"domains.tiers={list(cfg.domains.tiers)} leaves no tier of domain {n!r} ({own})")
+    return names, weights, tiers
+
+
+def run(cfg: Config) -> dict:
+    t_start = time.time()
+    tok = get_tokenizer(cfg)
+    if cfg.model.vocab_size < tok.vocab_size:
+        raise ValueError(f"model.vocab_size={cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
+    needs_tasks = any(s.kind == "tasks" for s in cfg.data.sources.values()) or cfg.train.eval_every > 0
+    mixture = domain_mixture(cfg) if needs_tasks else None
+    os.makedirs(cfg.train.out_dir, exist_ok=True)
+    trainer = make_trainer(cfg, sft_loss)
+    data = SFTData(cfg.data, tok, cfg.train.seed, domains=mixture, total_steps=cfg.train.steps)
+    meta = maybe_resume(trainer)
+    if meta is not None:
+        data.set_state(meta["data"])
+    start = int(trainer.state.step)
+    is_main = jax.process_index() == 0
+    tb = TBWriter(os.path.join(cfg.train.out_dir, "tb")) if is_main else None
+    metrics_log = open(os.path.join(cfg.train.out_dir, "metrics.jsonl"), "a") if is_main else None
+
+    evals = {}
+
+    def run_eval(tag):
+        if mixture is None or cfg.train.eval_every <= 0:
+            return None
+        from rlpt.eval.heldout import evaluate, heldout_tasks
+
+        names, _, tiers = mixture
+        tasks = heldout_tasks(names, tiers, max(1, cfg.train.eval_samples // len(names)), cfg.domains.eval_offset)
+        res = evaluate(trainer.model(), tok, tasks, max_new_tokens=cfg.train.eval_max_new_tokens)
+        evals[tag] = res
+        if tb:
+            tb.scalar("eval/pass1", res["pass1"], int(trainer.state.step))
+            for d, v in res["per_domain"].items():
+                tb.scalar(f"eval/pass1/{d}", v, int(trainer.state.step))
+        print(f"[eval {tag}] held-out pass@1 = {res['pass1']:.3f}", flush=True)
+        return res
+
+    if start == 0:
+        run_eval("before")
+    progress = Progress(cfg.train.steps, start, cfg.train.log_every, cfg.train.progress)
+    tokens_seen, t_loop, last = 0.0, time.time(), {}
+    flops_tok = trainer.model_cfg.flops_per_token(cfg.data.seq_len)
+    for step in range(start + 1, cfg.train.steps + 1):
+        host, dmetrics = data.next_batch()
+        t0 = time.time()
+        metrics = to_float(trainer.step(host))
+        dt = time.time() - t0
+        tokens_seen += metrics["tokens"]
+        metrics |= dmetrics | {"lr": float(trainer.schedule(step - 1)), "tokens_per_s": metrics["tokens"] / dt,
+                               "tflops": flops_tok * host["inputs"].size / dt / 1e12}
+        last = metrics
+        if tb:
+            tb.scalars(metrics, step)
+        progress.update(step, {k: metrics[k] for k in ("loss", "grad_norm", "lr", "tokens_per_s")})
+        if metrics_log:
+            metrics_log.write(json.dumps({"step": step} | metrics) + "\n")
+            metrics_log.flush()
+        if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.train.steps):
+            trainer.checkpointer.save(step, trainer.state, {"data": data.get_state()}, force=True)
+        if cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
+            run_eval(f"step{step}")
+    progress.close()
+    if trainer.checkpointer is not None:
+        trainer.checkpointer.close()
+    after = run_eval("after")
+    if cfg.train.export_hf and is_main:
+        export_hf(trainer, os.path.join(cfg.train.out_dir, "hf"), tok)
+    if tb:
+        tb.close()
+        metrics_log.close()
+    summary = {"stage": "sft", "experiment": cfg.experiment_name, "steps": cfg.train.steps,
+               "final_loss": last.get("loss", float("nan")), "tokens_trained": tokens_seen,
+               "tokens_per_s": tokens_seen / max(time.time() - t_loop, 1e-9),
+               "data_overlong": data.state["dropped"] + data.state["truncated"],
+               "pass1_before": evals.get("before", {}).get("pass1"),
+               "pass1_after": after["pass1"] if after else None,
+               "wall_s": round(time.time() - t_start, 2), "run_dir": os.path.abspath(cfg.train.out_dir)}
+    print_summary(summary)
+    return summary | {"eval": evals, "last_metrics": {k: float(np.asarray(v)) for k, v in last.items()}}

@@ -1,0 +1,23 @@
+"""Stage registry: `stage=<name>` in the config picks the run function."""
+from collections.abc import Callable
+
+STAGES: dict[str, Callable] = {}
+
+
+def register_stage(name: str):
+    def wrap(fn):
+        STAGES[name] = fn
+        return fn
+    return wrap
+
+
+@register_stage("sft")
+def _sft(cfg):
+    from rlpt.train.sft import run
+    return run(cfg)
+
+
+def run_stage(cfg):
+    if cfg.stage not in STAGES:
+        raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
+    return STAGES[cfg.stage](cfg)
