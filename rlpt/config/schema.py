@@ -76,6 +76,7 @@ class DataConfig:
     easy_to_hard: bool = False
     pool_size: int = 4096  # examples generated per procedural pass / shuffled per epoch
     completion_only: bool = True
+    noise: float = 0.0  # share of task demonstrations given another task's answer (a noisy teacher)
     tokenizer: str = "builtin"  # builtin | a tokenizer folder
 
 
@@ -99,6 +100,65 @@ class TrainConfig:
 
 
 @dataclasses.dataclass
+class AlgoConfig:
+    """RL objective, chosen by registry names (see docs/algorithms.md for each name's formula)."""
+
+    advantage: str = "grpo"
+    advantage_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    policy_loss: str = "ppo"
+    policy_loss_kwargs: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"clip_low": 0.2, "clip_high": 0.28})
+    aggregation: str = "token-mean"
+    aggregation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    scope: str = "step"  # step: normalise over the whole optimizer step | micro: per micro-batch, then mean
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    kl_in: str = "loss"  # loss | reward
+    entropy_coef: float = 0.0
+    # Ratio denominator: the sampler's log-probs ("rollout") or a trainer forward before the update
+    # ("recompute"; then `correction` reweights the rollout/trainer mismatch).
+    old_logp: str = "rollout"
+    correction_level: str = "none"  # none | token | sequence | geometric
+    correction_mode: str = "truncate"  # truncate | mask
+    correction_cap: float = 2.0
+    dynamic_sampling: bool = False  # DAPO: drop groups with zero reward variance
+    overlong_filter: bool = False  # mask truncated samples out of the loss
+    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens (0: off)
+    overlong_penalty: float = 1.0
+
+
+@dataclasses.dataclass
+class RolloutConfig:
+    """Generation for RL: groups of `group_size` samples per task share one prefill."""
+
+    prompts_per_step: int = 32
+    group_size: int = 8
+    max_new_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float | None = None
+    top_k: int | None = None
+    max_prompt_len: int = 64
+    episode_timeout_s: float = 60.0
+
+
+@dataclasses.dataclass
+class RLConfig:
+    """The RL loop: sync or async (bounded staleness), evaluation and the SFT cold start (quickstart)."""
+
+    algo: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    mode: str = "sync"  # sync | async
+    max_staleness: int = 1
+    steps: int = 200
+    lr: float = 1e-4
+    eval_every: int = 0
+    eval_per_domain: int = 100
+    sft_steps: int = 0  # quickstart: SFT cold start before RL
+    sft_noise: float = 0.0  # quickstart: share of SFT demonstrations with a wrong answer (a noisy teacher)
+    sft_tiers: list[int] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
 class Config:
     experiment_name: str = "quickstart"
     stage: str = "sft"
@@ -111,6 +171,7 @@ class Config:
     domains: DomainsConfig = dataclasses.field(default_factory=DomainsConfig)
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+    rl: RLConfig = dataclasses.field(default_factory=RLConfig)
 
 
 def register_configs() -> None:

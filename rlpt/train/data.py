@@ -63,6 +63,7 @@ class TaskSource:
     seed: int
     easy_to_hard: bool
     horizon: int
+    noise: float = 0.0
 
     def example(self, j: int):
         from rlpt.tasks import get_domain
@@ -75,8 +76,12 @@ class TaskSource:
             tier = tiers[r.integers(0, top + 1)]
         else:
             tier = tiers[r.integers(0, len(tiers))]
-        task = get_domain(name).generate(int(r.integers(0, 1 << 29)), tier)
-        p, c = prompt_ids(self.tok, task.prompt), completion_ids(self.tok, task.meta["answer"])
+        dom = get_domain(name)
+        task = dom.generate(int(r.integers(0, 1 << 29)), tier)
+        answer = task.meta["answer"]
+        if self.noise > 0 and r.random() < self.noise:
+            answer = dom.generate(int(r.integers(0, 1 << 29)), tier).meta["answer"]  # a noisy teacher
+        p, c = prompt_ids(self.tok, task.prompt), completion_ids(self.tok, answer)
         return p + c, [0] * len(p) + [1] * len(c), tier
 
 
@@ -103,7 +108,7 @@ class SFTData:
                     raise ValueError(f"data.sources.{name}: kind 'tasks' needs a non-empty domain mixture")
                 names, weights, tiers = domains
                 self.sources[name] = TaskSource(tok, names, np.asarray(weights) / np.sum(weights), tiers, seed,
-                                                cfg.easy_to_hard, total_steps * cfg.batch_size * 4)
+                                                cfg.easy_to_hard, total_steps * cfg.batch_size * 4, cfg.noise)
             else:
                 raise ValueError(f"data.sources.{name}.kind={src.kind!r}; expected 'jsonl' or 'tasks'")
         self.state = {"cursor": 0, "counters": {n: 0 for n in self.names}, "deferred": [],

@@ -79,13 +79,18 @@ class Trainer:
         return metrics
 
 
-def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = None, devices=None) -> Trainer:
-    """Build mesh, model, optimizer, sharded TrainState and the jitted step for `loss_fn_factory(model_cfg)`."""
+def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = None, devices=None,
+                 init: Model | None = None, donate: bool = True, subdir: str = "checkpoints") -> Trainer:
+    """Build mesh, model, optimizer, sharded TrainState and the jitted step for `loss_fn_factory(model_cfg)`.
+
+    init: start from this model (e.g. the SFT policy) instead of cfg.train.init_from / random init.
+    extra_frozen(model) -> dict of frozen pytrees (e.g. {"ref": model.params}) kept beside the params.
+    """
     mesh = setup_mesh(cfg, devices)
     with jax.set_mesh(mesh), axis_rules(cfg.mesh.rules):
-        model = build_model(cfg, mesh)
+        model = build_model(cfg, mesh) if init is None else init
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
-        params_fn, frozen = None, dict(extra_frozen or {})
+        params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
         if cfg.lora.rank > 0:
             trainable = init_lora(model.params, cfg.lora, jax.random.key(cfg.train.seed + 1))
             frozen["base"] = model.params
@@ -97,12 +102,12 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f))(trainable, frozen)
     shardings = jax.tree.map(lambda x: x.sharding, state)
     step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings,
-                               params_fn=params_fn)
+                               params_fn=params_fn, donate=donate)
     ckpt = None
     if cfg.train.ckpt_every > 0:
         fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
                          dataclasses.asdict(cfg.lora))
-        ckpt = Checkpointer(os.path.join(cfg.train.out_dir, "checkpoints"), every=cfg.train.ckpt_every,
+        ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
                             keep=cfg.train.keep, fingerprint=fp)
     return Trainer(cfg, mesh, model.config, state, step_fn, params_fn, ckpt,
                    make_schedule(cfg.optim, cfg.train.steps))

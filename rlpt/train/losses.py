@@ -29,3 +29,63 @@ def per_segment_nll(params, model_cfg, batch, max_segments: int):
     logp = token_logprobs(params, model_cfg, batch)
     onehot = jax.nn.one_hot(batch["segment_ids"], max_segments, dtype=jnp.float32)  # (B, T, S)
     return -jnp.einsum("bt,bts->bs", logp * batch["loss_mask"], onehot)
+
+
+def token_logprobs_entropy(params, model_cfg, batch):
+    """(log p(target), entropy of the next-token distribution), both (B, T) f32."""
+    logits = forward(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    logits = logits.astype(jnp.float32)
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    logp_all = logits - logz[..., None]
+    picked = jnp.take_along_axis(logp_all, batch["targets"][..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    return picked, entropy
+
+
+def rl_loss(algo_cfg):
+    """Policy-gradient loss from registry names; batch carries advantages, old_logp (and rollout_logp).
+
+    Returns (loss_sum, weight): with scope "step" the train step divides the summed numerator by the
+    summed denominator of all micro-batches (whole-step normalisation); with "micro" each micro-batch is
+    normalised on its own and the step averages them.
+    """
+    from rlpt.algos import get_aggregation, get_kl, get_policy_loss, rollout_correction
+
+    policy_loss = get_policy_loss(algo_cfg.policy_loss)
+    aggregation = get_aggregation(algo_cfg.aggregation)
+    kl_fn = get_kl(algo_cfg.kl_estimator) if algo_cfg.kl_coef > 0 and algo_cfg.kl_in == "loss" else None
+    if algo_cfg.scope not in ("step", "micro"):
+        raise ValueError(f"rl.algo.scope={algo_cfg.scope!r}; expected 'step' or 'micro'")
+
+    def factory(model_cfg):
+        def loss_fn(params, frozen, batch, rng):
+            del rng
+            mask = batch["loss_mask"].astype(jnp.float32)
+            logp, entropy = token_logprobs_entropy(params, model_cfg, batch)
+            per_token, metrics = policy_loss(logp, batch["old_logp"], batch["advantages"], mask,
+                                             **algo_cfg.policy_loss_kwargs)
+            if algo_cfg.correction_level != "none":
+                weights, keep, cmetrics = rollout_correction(
+                    jax.lax.stop_gradient(batch["old_logp"]), batch["rollout_logp"], mask,
+                    level=algo_cfg.correction_level, mode=algo_cfg.correction_mode, cap=algo_cfg.correction_cap)
+                per_token = per_token * jax.lax.stop_gradient(weights)
+                mask = mask * keep
+                metrics = {**metrics, **{f"correction/{k}": v for k, v in cmetrics.items()}}
+            if kl_fn is not None:
+                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch)
+                kl = kl_fn(logp, jax.lax.stop_gradient(ref_logp))
+                per_token = per_token + algo_cfg.kl_coef * kl
+                metrics["kl"] = jnp.sum(kl * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+            if algo_cfg.entropy_coef:
+                per_token = per_token - algo_cfg.entropy_coef * entropy
+            num, den = aggregation(per_token, mask, **algo_cfg.aggregation_kwargs)
+            n_tok = jnp.maximum(jnp.sum(mask), 1.0)
+            # Per-micro-batch metrics are token-weighted sums; the loop divides by the step's token count.
+            out = {f"pg/{k}": v * n_tok for k, v in metrics.items() if jnp.ndim(v) == 0}
+            out |= {"entropy_sum": jnp.sum(entropy * mask), "policy_tokens": jnp.sum(mask),
+                    "logp_gap_sum": jnp.sum(jnp.abs(logp - batch["rollout_logp"]) * mask)}
+            if algo_cfg.scope == "micro":
+                return num / jnp.maximum(den, 1e-9), jnp.ones((), jnp.float32), out
+            return num, den, out
+        return loss_fn
+    return factory

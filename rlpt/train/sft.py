@@ -41,7 +41,7 @@ def domain_mixture(cfg: Config):
     return names, weights, tiers
 
 
-def run(cfg: Config) -> dict:
+def run(cfg: Config, *, print_result: bool = True) -> dict:
     t_start = time.time()
     tok = get_tokenizer(cfg)
     if cfg.model.vocab_size < tok.vocab_size:
@@ -80,7 +80,7 @@ def run(cfg: Config) -> dict:
     if start == 0:
         run_eval("before")
     progress = Progress(cfg.train.steps, start, cfg.train.log_every, cfg.train.progress)
-    tokens_seen, t_loop, last = 0.0, time.time(), {}
+    tokens_seen, t_loop, last, history = 0.0, time.time(), {}, []
     flops_tok = trainer.model_cfg.flops_per_token(cfg.data.seq_len)
     for step in range(start + 1, cfg.train.steps + 1):
         host, dmetrics = data.next_batch()
@@ -91,6 +91,7 @@ def run(cfg: Config) -> dict:
         metrics |= dmetrics | {"lr": float(trainer.schedule(step - 1)), "tokens_per_s": metrics["tokens"] / dt,
                                "tflops": flops_tok * host["inputs"].size / dt / 1e12}
         last = metrics
+        history.append({"step": step, "loss": metrics["loss"]})
         if tb:
             tb.scalars(metrics, step)
         progress.update(step, {k: metrics[k] for k in ("loss", "grad_norm", "lr", "tokens_per_s")})
@@ -117,5 +118,7 @@ def run(cfg: Config) -> dict:
                "pass1_before": evals.get("before", {}).get("pass1"),
                "pass1_after": after["pass1"] if after else None,
                "wall_s": round(time.time() - t_start, 2), "run_dir": os.path.abspath(cfg.train.out_dir)}
-    print_summary(summary)
-    return summary | {"eval": evals, "last_metrics": {k: float(np.asarray(v)) for k, v in last.items()}}
+    if print_result:
+        print_summary(summary)
+    return summary | {"eval": evals, "last_metrics": {k: float(np.asarray(v)) for k, v in last.items()},
+                      "model": trainer.model(), "history": history}

@@ -17,6 +17,12 @@ def _sft(cfg):
     return run(cfg)
 
 
+@register_stage("quickstart")
+def _quickstart(cfg):
+    from rlpt.pipeline.quickstart import run
+    return run(cfg)
+
+
 def run_stage(cfg):
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")

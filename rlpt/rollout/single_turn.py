@@ -1,0 +1,100 @@
+"""Single-turn rollouts: G samples per task through the sampler's shared prefill, verified per domain."""
+import dataclasses
+import time
+
+import numpy as np
+
+from rlpt.rollout.format import prompt_ids, response_text
+
+
+@dataclasses.dataclass
+class Trajectories:
+    """A batch of R = tasks x G finished samples (host arrays; token in, token out).
+
+    prompt: list of prompt id lists; response: (R, N) sampled ids; lengths (R,); rollout_logp (R, N) raw
+    policy log-probs from the sampler; rewards (R,); passed (R,); group_ids (R,); truncated (R,)
+    (hit the token limit without a stop); version: the policy version that generated them.
+    """
+
+    tasks: list
+    prompts: list[list[int]]
+    response: np.ndarray
+    lengths: np.ndarray
+    rollout_logp: np.ndarray
+    rewards: np.ndarray
+    passed: np.ndarray
+    group_ids: np.ndarray
+    truncated: np.ndarray
+    version: int
+    gen_s: float
+    verify_s: float
+    texts: list[str]
+
+
+def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
+    """(rewards, passed, texts) per sample; a crashing verifier scores 0 and the run goes on."""
+    from rlpt.tasks import get_domain
+
+    rewards, passed, texts = [], [], []
+    for r in range(response.shape[0]):
+        task = tasks[r // group_size]
+        text = response_text(tok, response[r, :int(lengths[r])])
+        texts.append(text)
+        try:
+            verdict = get_domain(task.domain).verify(task, text)
+            score, ok = float(verdict.score), bool(verdict.passed)
+        except Exception as e:  # noqa: BLE001  (a broken verifier must not stop training; it is counted)
+            score, ok = 0.0, False
+            texts[-1] = f"{text}\n[verifier error: {type(e).__name__}: {e}]"
+        rewards.append(reward_fn(task, text, score) if reward_fn is not None else score)
+        passed.append(ok)
+    return np.asarray(rewards, np.float32), np.asarray(passed, bool), texts
+
+
+def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None) -> Trajectories:
+    """Generate rcfg.group_size samples per task and score them."""
+    from rlpt.sampling import generate
+
+    prompts = []
+    for t in tasks:
+        ids = prompt_ids(tok, t.prompt)
+        if len(ids) > rcfg.max_prompt_len:
+            raise ValueError(f"task {t.id}: prompt of {len(ids)} tokens exceeds rl.rollout.max_prompt_len="
+                             f"{rcfg.max_prompt_len}")
+        prompts.append(ids)
+    t0 = time.time()
+    out = generate(model, prompts, rcfg.max_new_tokens, n=rcfg.group_size, temperature=rcfg.temperature,
+                   top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=tuple(tok.eos_ids), seed=seed, keep_state=False)
+    response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    gen_s = time.time() - t0
+    t0 = time.time()
+    rewards, passed, texts = verify_all(tok, tasks, rcfg.group_size, response, lengths, reward_fn)
+    G = rcfg.group_size
+    return Trajectories(tasks=tasks, prompts=[p for p in prompts for _ in range(G)], response=response,
+                        lengths=lengths, rollout_logp=np.asarray(out.logprobs, np.float32), rewards=rewards,
+                        passed=passed, group_ids=np.repeat(np.arange(len(tasks)), G),
+                        truncated=np.array([f != "stop" for f in out.finish_reason]), version=version,
+                        gen_s=gen_s, verify_s=time.time() - t0, texts=texts)
+
+
+def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
+    """Train rows (R, row_len): prompt + response, loss mask on the response tokens the policy produced."""
+    R = len(traj.prompts)
+    out = {k: np.zeros((R, row_len), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
+    out["loss_mask"] = np.zeros((R, row_len), np.float32)
+    out["rollout_logp"] = np.zeros((R, row_len), np.float32)
+    for r in range(R):
+        p = traj.prompts[r]
+        n = int(traj.lengths[r])
+        seq = list(p) + [int(t) for t in traj.response[r, :n]]
+        L = len(seq) - 1
+        if L > row_len:
+            raise ValueError(f"row {r}: {L} tokens exceed the RL row length {row_len}")
+        out["inputs"][r, :L] = seq[:-1]
+        out["targets"][r, :L] = seq[1:]
+        out["positions"][r, :L] = np.arange(L)
+        out["segment_ids"][r, :L] = 1
+        start = len(p) - 1  # target index of the first generated token
+        out["loss_mask"][r, start:start + n] = 1.0
+        out["rollout_logp"][r, start:start + n] = traj.rollout_logp[r, :n]
+    return out
