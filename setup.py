@@ -19,6 +19,8 @@ CORE = [
     "reasoning-gym==0.1.25",
     "math-verify>=0.7",
     "sympy>=1.13",
+    "pyseccomp>=0.1.2",
+    "jsonschema>=4",
 ]
 DEV = [
     "pytest>=8",

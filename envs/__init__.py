@@ -1,0 +1,17 @@
+"""Gymnasium text environments (ids rlpt/<Name>-v0, registered on import) and the sandbox they run in."""
+
+import gymnasium as gym
+
+ENV_IDS = {
+    "rlpt/SingleTurn-v0": "envs.single_turn:SingleTurnEnv",
+    "rlpt/CodeAgent-v0": "envs.code_agent:CodeAgentEnv",
+    "rlpt/ShellAgent-v0": "envs.shell_agent:ShellAgentEnv",
+    "rlpt/ToolUse-v0": "envs.tool_use:ToolUseEnv",
+}
+
+for _id, _entry in ENV_IDS.items():
+    if _id not in gym.registry:
+        # step and time limits live inside the environments (agent envs grade on truncation), so no TimeLimit
+        gym.register(id=_id, entry_point=_entry, disable_env_checker=False)
+
+__all__ = ["ENV_IDS"]

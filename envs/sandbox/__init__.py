@@ -1,0 +1,19 @@
+"""Sandboxed execution: isolation layers, workspaces, a bounded pool, and hack-resistant code checks."""
+
+from envs.sandbox.codecheck import CodeChecker, check_python, default_checker
+from envs.sandbox.layers import probe
+from envs.sandbox.limits import ExecResult, IsolationError, Limits, SandboxError
+from envs.sandbox.pool import Sandbox, SandboxConfig
+
+__all__ = [
+    "CodeChecker",
+    "ExecResult",
+    "IsolationError",
+    "Limits",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxError",
+    "check_python",
+    "default_checker",
+    "probe",
+]

@@ -1,0 +1,68 @@
+"""Agent environments that work in a sandboxed workspace: one uid and one workspace per episode."""
+
+import contextlib
+
+from envs.base import ToolEnv
+from envs.sandbox import Limits
+from envs.sandbox.layers import sandbox_python
+from envs.sandbox.workspace import Workspace, read_inside, write_inside
+
+
+class WorkspaceEnv(ToolEnv):
+    """checker: an envs.sandbox.CodeChecker (default: the process-wide one); limits: per command."""
+
+    def __init__(self, *, checker=None, limits: Limits | None = None, keep_failed_dir: str | None = None, **kw):
+        super().__init__(**kw)
+        self._checker = checker
+        self.limits = limits or Limits(wall_s=10.0, memory_mb=512, nproc=64)
+        self.keep_failed_dir = keep_failed_dir
+        self._stack: contextlib.ExitStack | None = None
+        self.ws: Workspace | None = None
+        self.uid = None
+
+    @property
+    def checker(self):
+        if self._checker is None:
+            from envs.sandbox import default_checker
+
+            self._checker = default_checker()
+        return self._checker
+
+    def _open_workspace(self, files: dict[str, str]) -> None:
+        self._stack = contextlib.ExitStack()
+        self.uid = self._stack.enter_context(self.checker.sandbox.uid())
+        owner = self.uid.uid if self.uid is not None else None
+        self.ws = self._stack.enter_context(Workspace(None, owner_uid=owner, size_mb=self.limits.workspace_mb))
+        for rel, content in files.items():
+            write_inside(self.ws.path, rel, content, owner)
+        self.ws.snapshot()  # layer 1: the task's starting files; rollback(1) returns here
+
+    def write(self, rel: str, content: str) -> None:
+        write_inside(self.ws.path, rel, content, self.uid.uid if self.uid is not None else None)
+
+    def read(self, rel: str) -> str | None:
+        return read_inside(self.ws.path, rel)
+
+    def run_command(self, argv: list[str], stdin: bytes = b"") -> str:
+        """Run argv in the episode's workspace; the policy sees exit code, stdout and stderr."""
+        r = self.checker.sandbox.run(argv, limits=self.limits, workspace=self.ws.path, stdin=stdin, slot=self.uid)
+        note = f" (killed: {r.killed_for})" if r.killed_for else ""
+        return f"exit code: {r.exit_code}{note}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+
+    def python_argv(self) -> list[str]:
+        return [sandbox_python(), "-"]  # not -I: the policy's code may import its own workspace modules
+
+    def keep_if_failed(self, passed: bool) -> None:
+        """Copy a failed episode's workspace aside for the data flywheel (when keep_failed_dir is set)."""
+        if self.keep_failed_dir and self.ws is not None and not passed:
+            import os
+
+            dest = os.path.join(self.keep_failed_dir, str(self.task.id).replace("/", "_") + f"-{id(self):x}")
+            if not os.path.exists(dest):
+                self.ws.keep(dest)
+
+    def _end_episode(self) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            self.ws, self.uid = None, None
+            stack.close()
