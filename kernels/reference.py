@@ -1,5 +1,4 @@
 """Plain-XLA attention: the ground truth every other implementation is tested against."""
-import jax
 import jax.numpy as jnp
 
 from kernels.mask import attention_mask
