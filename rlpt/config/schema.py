@@ -76,6 +76,8 @@ class DataConfig:
     easy_to_hard: bool = False
     pool_size: int = 4096  # examples generated per procedural pass / shuffled per epoch
     completion_only: bool = True
+    # Progressive length curriculum: [[from_step, seq_len], ...] (ascending); empty: seq_len throughout.
+    length_stages: list[Any] = dataclasses.field(default_factory=list)
     noise: float = 0.0  # share of task demonstrations given another task's answer (a noisy teacher)
     tokenizer: str = "builtin"  # builtin | a tokenizer folder
 

@@ -112,7 +112,19 @@ class SFTData:
             else:
                 raise ValueError(f"data.sources.{name}.kind={src.kind!r}; expected 'jsonl' or 'tasks'")
         self.state = {"cursor": 0, "counters": {n: 0 for n in self.names}, "deferred": [],
-                      "dropped": 0, "truncated": 0}
+                      "dropped": 0, "truncated": 0, "batches": 0}
+        stages = [tuple(int(x) for x in st) for st in cfg.length_stages]
+        if any(len(st) != 2 for st in stages) or stages != sorted(stages):
+            raise ValueError(f"data.length_stages={cfg.length_stages!r}: expected ascending [from_step, seq_len] pairs")
+        self.stages = stages
+
+    def row_len(self, batch_index: int) -> int:
+        """The sequence length of batch `batch_index` under the progressive length curriculum."""
+        out = self.cfg.seq_len
+        for start, length in self.stages:
+            if batch_index >= start:
+                out = length
+        return out
 
     def _pick_source(self, i: int) -> str:
         r = _rng(self.seed, 3, i)
@@ -136,7 +148,8 @@ class SFTData:
     def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """One optimizer step of rows (batch_size, seq_len) plus data metrics."""
         cfg, st = self.cfg, self.state
-        row_len, rows_n = cfg.seq_len, cfg.batch_size
+        row_len, rows_n = self.row_len(st.get("batches", 0)), cfg.batch_size
+        st["batches"] = st.get("batches", 0) + 1
         window = [tuple(w) for w in st["deferred"]]
         examples = [shift_example(*self._example(s, j)) for s, j in window]
         total, budget = sum(len(e[0]) for e in examples), rows_n * row_len
@@ -169,6 +182,7 @@ class SFTData:
             st["deferred"] = [list(window[i]) for i in keep[rows_n:]]
         batch = pack_rows(examples, rows, row_len, pad_id=0)
         metrics = {"data/examples": float(sum(len(r) for r in rows)), "data/overlong": float(over),
+                   "data/seq_len": float(row_len),
                    "data/fill": float((batch["segment_ids"] > 0).mean())}
         return batch, metrics
 

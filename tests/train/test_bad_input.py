@@ -1,4 +1,5 @@
 """Bad data and incompatible checkpoints fail clearly and lose nothing."""
+import json
 import os
 
 import pytest
@@ -24,7 +25,8 @@ def test_malformed_jsonl_names_file_and_line(tmp_path):
 @pytest.mark.parametrize("policy", ["truncate", "drop"])
 def test_overlong_examples_are_counted(tmp_path, policy):
     path = tmp_path / "d.jsonl"
-    path.write_text('{"prompt": "hi", "completion": "ok"}\n' + '{"prompt": "%s", "completion": "x"}\n' % ("y" * 80))
+    path.write_text(json.dumps({"prompt": "hi", "completion": "ok"}) + "\n"
+                    + json.dumps({"prompt": "y" * 80, "completion": "x"}) + "\n")
     cfg = compose(["data=jsonl", f"data.sources.main.path={path}", "data.seq_len=32", "data.batch_size=2",
                    f"data.overlong={policy}"])
     data = SFTData(cfg.data, builtin_tokenizer(), 0)
@@ -45,3 +47,20 @@ def test_incompatible_checkpoint_refused(tmp_path):
     with pytest.raises(IncompatibleCheckpoint, match="different model/optimizer config"):
         make_trainer(compose(base[1:] + ["model.hidden_size=64"]), sft_loss)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == before
+
+
+def test_progressive_length_curriculum(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) + "\n" for i in range(50)))
+    cfg = compose(["data=jsonl", f"data.sources.main.path={path}", "data.seq_len=16", "data.batch_size=2",
+                   "data.length_stages=[[2,32],[4,64]]"])
+    data = SFTData(cfg.data, builtin_tokenizer(), 0)
+    widths = [data.next_batch()[0]["inputs"].shape[1] for _ in range(5)]
+    assert widths == [16, 16, 32, 32, 64]
+    state = data.get_state()
+    again = SFTData(cfg.data, builtin_tokenizer(), 0)
+    again.set_state(state)
+    assert again.next_batch()[0]["inputs"].shape[1] == 64
+    bad = compose(["data=jsonl", f"data.sources.main.path={path}", "data.length_stages=[[4,64],[2,32]]"])
+    with pytest.raises(ValueError, match="data.length_stages"):
+        SFTData(bad.data, builtin_tokenizer(), 0)
