@@ -1,11 +1,37 @@
 """How a task becomes policy input and an answer becomes a completion: one place for SFT, RL and eval."""
+import weakref
+
+# Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
+# prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
+_SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PROBE = "probe 12+7="
+
+
+def _render(tok, messages) -> list[int]:
+    ids, _ = tok.encode_chat(messages, add_generation_prompt=True)
+    return ids
+
+
+def _split(tok):
+    if tok not in _SPLITS:
+        split = None
+        if tok.source == "builtin_tokenizer()":
+            full, body = _render(tok, [{"role": "user", "content": _PROBE}]), tok.encode(_PROBE)
+            at = next((i for i in range(len(full)) if full[i:i + len(body)] == body), None)
+            if at is not None:
+                split = (full[:at], full[at + len(body):])
+        _SPLITS[tok] = split
+    return _SPLITS[tok]
 
 
 def prompt_ids(tok, prompt) -> list[int]:
     """Token ids of a task prompt (text or chat messages) rendered as a user turn awaiting the assistant."""
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    ids, _ = tok.encode_chat(messages, add_generation_prompt=True)
-    return ids
+    if isinstance(prompt, str):
+        split = _split(tok)
+        if split is not None:
+            return split[0] + tok.encode(prompt) + split[1]
+        return _render(tok, [{"role": "user", "content": prompt}])
+    return _render(tok, list(prompt))
 
 
 def completion_ids(tok, text: str) -> list[int]:

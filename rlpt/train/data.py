@@ -1,8 +1,10 @@
 """SFT data: JSONL or procedural-task sources, a weighted mixture with a replay share, FFD packing, and a
 deterministic iterator whose whole position is a small JSON-able dict (saved in checkpoints)."""
 import dataclasses
+import functools
 import json
 import os
+import random
 
 import numpy as np
 
@@ -15,8 +17,9 @@ class DataError(ValueError):
     """Bad training data; the message names the file and line."""
 
 
-def _rng(*keys: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([int(k) & 0xFFFFFFFF for k in keys]))
+def _rng(*keys: int) -> random.Random:
+    """A cheap deterministic generator for one example; hashing a tuple of ints is stable across runs."""
+    return random.Random(hash(tuple(int(k) for k in keys)))
 
 
 def read_jsonl(path: str, tok) -> list[tuple[list[int], list[int], int]]:
@@ -69,18 +72,18 @@ class TaskSource:
         from rlpt.tasks import get_domain
 
         r = _rng(self.seed, 7, j)
-        name = self.domains[r.choice(len(self.domains), p=self.weights)]
+        name = r.choices(self.domains, weights=self.weights)[0]
         tiers = self.tiers[name]
         if self.easy_to_hard:
             top = min(len(tiers) - 1, int(len(tiers) * min(j / max(self.horizon, 1), 0.999)))
-            tier = tiers[r.integers(0, top + 1)]
+            tier = tiers[r.randrange(top + 1)]
         else:
-            tier = tiers[r.integers(0, len(tiers))]
+            tier = tiers[r.randrange(len(tiers))]
         dom = get_domain(name)
-        task = dom.generate(int(r.integers(0, 1 << 29)), tier)
+        task = dom.generate(r.randrange(1 << 29), tier)
         answer = task.meta["answer"]
         if self.noise > 0 and r.random() < self.noise:
-            answer = dom.generate(int(r.integers(0, 1 << 29)), tier).meta["answer"]  # a noisy teacher
+            answer = dom.generate(r.randrange(1 << 29), tier).meta["answer"]  # a noisy teacher
         p, c = prompt_ids(self.tok, task.prompt), completion_ids(self.tok, answer)
         return p + c, [0] * len(p) + [1] * len(c), tier
 
@@ -117,6 +120,7 @@ class SFTData:
         if any(len(st) != 2 for st in stages) or stages != sorted(stages):
             raise ValueError(f"data.length_stages={cfg.length_stages!r}: expected ascending [from_step, seq_len] pairs")
         self.stages = stages
+        self._cache: dict = {}
 
     def row_len(self, batch_index: int) -> int:
         """The sequence length of batch `batch_index` under the progressive length curriculum."""
@@ -131,19 +135,29 @@ class SFTData:
         replay = [n for n in self.names if self.cfg.sources[n].replay]
         main = [n for n in self.names if not self.cfg.sources[n].replay] or self.names
         pool = replay if replay and r.random() < self.cfg.replay_share else main
-        w = np.array([self.cfg.sources[n].weight for n in pool], np.float64)
-        return pool[r.choice(len(pool), p=w / w.sum())]
+        return r.choices(pool, weights=[self.cfg.sources[n].weight for n in pool])[0]
 
     def _example(self, name: str, j: int):
         src = self.sources[name]
         if isinstance(src, TaskSource):
             ids, mask, _ = src.example(j)
             return ids, mask
-        n = len(src)
-        epoch, k = divmod(j, n)
-        order = np.arange(n) if self.cfg.easy_to_hard else _rng(self.seed, 5, epoch).permutation(n)
-        ids, mask, _ = src[int(order[k])]
+        epoch, k = divmod(j, len(src))
+        ids, mask, _ = src[int(self._order(name, epoch)[k])]
         return ids, mask
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019  (one permutation per source and epoch)
+    def _order(self, name: str, epoch: int) -> np.ndarray:
+        n = len(self.sources[name])
+        if self.cfg.easy_to_hard:
+            return np.arange(n)
+        return np.random.default_rng([self.seed, 5, epoch]).permutation(n)
+
+    def _shifted(self, key):
+        """The shifted example for a stream key, from the window cache when it was drawn before."""
+        if key not in self._cache:
+            self._cache[key] = shift_example(*self._example(*key))
+        return self._cache[key]
 
     def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """One optimizer step of rows (batch_size, seq_len) plus data metrics."""
@@ -151,14 +165,15 @@ class SFTData:
         row_len, rows_n = self.row_len(st.get("batches", 0)), cfg.batch_size
         st["batches"] = st.get("batches", 0) + 1
         window = [tuple(w) for w in st["deferred"]]
-        examples = [shift_example(*self._example(s, j)) for s, j in window]
+        examples = [self._shifted(w) for w in window]
         total, budget = sum(len(e[0]) for e in examples), rows_n * row_len
-        while (total < 2 * budget if cfg.packing else len(window) < rows_n) or len(window) < rows_n:
+        # Draw a little more than fits so first-fit-decreasing can fill rows; the rest waits for the next batch.
+        while (total < 1.25 * budget if cfg.packing else len(window) < rows_n) or len(window) < rows_n:
             s = self._pick_source(st["cursor"])
             st["cursor"] += 1
             window.append((s, st["counters"][s]))
             st["counters"][s] += 1
-            examples.append(shift_example(*self._example(*window[-1])))
+            examples.append(self._shifted(window[-1]))
             total += len(examples[-1][0])
         keep, over = [], 0
         for idx, (inp, tgt, msk) in enumerate(examples):
@@ -181,6 +196,8 @@ class SFTData:
             rows = [[i] for i in keep[:rows_n]] + [[] for _ in range(rows_n - len(keep[:rows_n]))]
             st["deferred"] = [list(window[i]) for i in keep[rows_n:]]
         batch = pack_rows(examples, rows, row_len, pad_id=0)
+        deferred = {tuple(w) for w in st["deferred"]}
+        self._cache = {k: v for k, v in self._cache.items() if k in deferred}
         metrics = {"data/examples": float(sum(len(r) for r in rows)), "data/overlong": float(over),
                    "data/seq_len": float(row_len),
                    "data/fill": float((batch["segment_ids"] > 0).mean())}
