@@ -1,0 +1,129 @@
+"""The jitted pieces of generation: prefill, the decode while_loop, continuation and row insertion."""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden
+from rlpt.sampling.methods import row_uniforms, sample
+from rlpt.sampling.sharding import constrain_cache
+from rlpt.sampling.state import CACHE_FULL, LENGTH, RUNNING, STOP, SamplingState, empty_state
+
+
+def emit(state: SamplingState, logits, methods: tuple, stop_ids: tuple) -> SamplingState:
+    """Draw the next token of every live row from its logits (B, V) and record it; finished rows keep theirs."""
+    active = ~state.done
+    uniforms = row_uniforms(state.rng, state.row_ids, state.lengths)
+    token, sampling_lp, raw_lp = sample(methods, logits, uniforms)
+    B, N = state.tokens.shape
+    rows, col = jnp.arange(B), jnp.minimum(state.lengths, N - 1)
+
+    def put(buf, value):
+        return buf.at[rows, col].set(jnp.where(active, value, buf[rows, col]))
+
+    lengths = state.lengths + active
+    stop = active & jnp.isin(token, jnp.asarray(stop_ids, jnp.int32)) if stop_ids else jnp.zeros_like(active)
+    at_limit = active & ~stop & (lengths >= state.max_new)
+    # The token just drawn needs a free slot in the next step; without one the row cannot go on.
+    full = active & ~stop & ~at_limit & (state.cache["index"] >= state.capacity)
+    finish = jnp.where(stop, STOP, jnp.where(at_limit, LENGTH, jnp.where(full, CACHE_FULL, state.finish)))
+    return state.replace(tokens=put(state.tokens, token), logprobs=put(state.logprobs, sampling_lp),
+                         raw_logprobs=put(state.raw_logprobs, raw_lp), lengths=lengths,
+                         last_token=jnp.where(active, token, state.last_token),
+                         done=state.done | stop | at_limit | full, finish=finish)
+
+
+def _last_logits(params, cfg, hidden, lengths):
+    """Logits (B, V) at position lengths-1 of hidden (B, T, D); the head runs on one position per row."""
+    last = jnp.take_along_axis(hidden, jnp.maximum(lengths - 1, 0)[:, None, None], axis=1)
+    return logits_from_hidden(params, cfg, last)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "n", "cache_len", "width"))
+def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, methods, stop_ids, n, cache_len, width):
+    """Run right-padded prompts (B, T) through the model once and draw each row's first token.
+
+    Returns the state of B * n rows (prompt-major): the prompt's cache is broadcast to its n samples.
+    max_new and row_ids (B * n,), rng (2,) uint32 key data; cache_len slots per row (the last one is scratch).
+    """
+    B, T = tokens.shape
+    segments = (jnp.arange(T)[None] < prompt_lengths[:, None]).astype(jnp.int32)
+    cache = init_cache(cfg, B, cache_len)
+    hidden, cache = hidden_states(params, cfg, tokens, None, segments, cache=cache)
+    logits = _last_logits(params, cfg, hidden, prompt_lengths)
+    # Padding went into slots len..T-1 as segment 0; pointing index at len lets decoding overwrite them.
+    cache = dict(cache, index=prompt_lengths.astype(jnp.int32))
+    if n > 1:
+        cache = {k: jnp.repeat(v, n, axis=1 if k in ("k", "v") else 0) for k, v in cache.items()}
+        logits, prompt_lengths = jnp.repeat(logits, n, axis=0), jnp.repeat(prompt_lengths, n)
+    state = empty_state(constrain_cache(cache), B * n, width, max_new, rng, row_ids)
+    state = state.replace(positions=prompt_lengths.astype(jnp.int32))
+    return emit(state, logits, methods, stop_ids)
+
+
+def decode_step(params, cfg, methods, stop_ids, state: SamplingState) -> SamplingState:
+    """Write every live row's last token into the cache and draw the next one."""
+    active = ~state.done
+    # Unrolled layers: XLA updates each layer's cache slice in place instead of re-stacking a scan's output
+    # (measured 2x faster per decode step on CPU); same parameters, same math.
+    cfg = dataclasses.replace(cfg, scan_layers=False)
+    hidden, cache = hidden_states(params, cfg, state.last_token[:, None], state.positions[:, None],
+                                  active.astype(jnp.int32)[:, None], cache=state.cache)
+    logits = logits_from_hidden(params, cfg, hidden)[:, 0]
+    # Finished rows wrote a segment-0 (invisible) token into their next free slot; do not advance them.
+    cache = constrain_cache(dict(cache, index=jnp.where(active, cache["index"], state.cache["index"])))
+    state = state.replace(cache=cache, positions=state.positions + active, step=state.step + 1)
+    return emit(state, logits, methods, stop_ids)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids"), donate_argnames=("state",))
+def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods, stop_ids) -> SamplingState:
+    """Decode until at least target_done rows are done or max_steps steps ran (both dynamic scalars)."""
+    def cond(carry):
+        s, k = carry
+        return (jnp.sum(s.done) < target_done) & (k < max_steps)
+
+    def body(carry):
+        s, k = carry
+        return decode_step(params, cfg, methods, stop_ids, s), k + 1
+
+    state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))
+    return state
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "width"), donate_argnames=("state",))
+def append(params, state: SamplingState, feed, feed_lengths, max_new, *, cfg, methods, stop_ids, width):
+    """Continue rows with right-padded tokens feed (B, Ta): each live row's feed starts with its last token.
+
+    Rows with feed_lengths 0 stay finished. Returns a state with fresh (B, width) buffers whose first
+    token is drawn after the feed; the prefix already in the cache is not recomputed.
+    """
+    B, Ta = feed.shape
+    live = feed_lengths > 0
+    segments = (jnp.arange(Ta)[None] < feed_lengths[:, None]).astype(jnp.int32)
+    positions = state.positions[:, None] + jnp.arange(Ta, dtype=jnp.int32)[None]
+    hidden, cache = hidden_states(params, cfg, feed, positions, segments, cache=state.cache)
+    logits = _last_logits(params, cfg, hidden, feed_lengths)
+    cache = constrain_cache(dict(cache, index=state.cache["index"] + feed_lengths))
+    # A fresh random stream per turn (token t of turn 2 must not reuse turn 1's draw for token t).
+    rng = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(state.rng), 1))
+    new = empty_state(cache, B, width, max_new, rng, state.row_ids)
+    new = new.replace(positions=state.positions + feed_lengths, last_token=state.last_token, done=~live,
+                      finish=jnp.where(live, RUNNING, state.finish), step=state.step)
+    return emit(new, logits, methods, stop_ids)
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def insert_rows(state: SamplingState, new: SamplingState, slots) -> SamplingState:
+    """Put the rows of `new` (k rows) into `state` at rows `slots` (k,); an out-of-range slot drops its row."""
+    def put(axis):
+        def f(dst, src):
+            index = (slice(None),) * axis + (slots,)
+            return dst.at[index].set(src, mode="drop")
+        return f
+
+    cache = {k: put(1 if k in ("k", "v") else 0)(state.cache[k], new.cache[k]) for k in state.cache}
+    fields = ("tokens", "logprobs", "raw_logprobs", "last_token", "positions", "lengths", "max_new", "done",
+              "finish", "row_ids")
+    return state.replace(cache=cache, **{f: put(0)(getattr(state, f), getattr(new, f)) for f in fields})

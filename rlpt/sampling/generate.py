@@ -1,0 +1,193 @@
+"""`generate` and `continue_generation`: the host-side API over the jitted prefill / decode / append."""
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from rlpt.sampling import engine
+from rlpt.sampling.methods import make_methods
+from rlpt.sampling.state import FINISH_REASONS, SamplingState
+
+MIN_BUCKET = 8
+
+
+@dataclasses.dataclass
+class Generation:
+    """New tokens of R = B * n rows, prompt-major (the n samples of prompt 0 first), N = max new tokens.
+
+    `logprobs` are under the raw policy (temperature 1, no top-k/top-p/min-p): the log-softmax of the model's
+    logits at each sampled token, equal to a teacher-forced forward pass; use them for importance ratios.
+    `sampling_logprobs` are under the distribution the token was actually drawn from (after temperature and
+    truncation; 0 for greedy). Both are 0 past a row's length, where `tokens` hold pad_id.
+    """
+
+    tokens: np.ndarray  # (R, N) int32
+    logprobs: np.ndarray  # (R, N) f32 raw policy
+    sampling_logprobs: np.ndarray  # (R, N) f32 sampling distribution
+    lengths: np.ndarray  # (R,) int32
+    finish_reason: list  # R of "stop", "length", "cache_full"
+    state: SamplingState | None = dataclasses.field(default=None, repr=False)  # live cache for continuation
+
+
+def bucket(length: int) -> int:
+    """Round a length up to a power of two (at least MIN_BUCKET) so jitted shapes repeat."""
+    return max(MIN_BUCKET, 1 << (max(length, 1) - 1).bit_length())
+
+
+def _mesh_scope(mesh):
+    return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
+
+
+def _check_prompts(prompt_tokens, vocab_size: int) -> list[list[int]]:
+    if isinstance(prompt_tokens, (str, bytes)) or not isinstance(prompt_tokens, Sequence) or not prompt_tokens:
+        raise ValueError("prompt_tokens must be a non-empty list of token-id lists")
+    prompts = []
+    for i, p in enumerate(prompt_tokens):
+        p = np.asarray(p).tolist() if not isinstance(p, list) else p
+        if not isinstance(p, list) or any(isinstance(t, list) for t in p):
+            raise ValueError(f"prompt_tokens[{i}] must be a flat list of token ids")
+        if len(p) == 0:
+            raise ValueError(f"prompt_tokens[{i}] is empty; every prompt needs at least one token")
+        bad = [t for t in p if not 0 <= int(t) < vocab_size]
+        if bad:
+            raise ValueError(f"prompt_tokens[{i}] has token ids outside [0, {vocab_size}): {bad[:5]}")
+        prompts.append([int(t) for t in p])
+    return prompts
+
+
+def _per_row(max_new_tokens, count: int, what: str) -> np.ndarray:
+    limits = np.broadcast_to(np.asarray(max_new_tokens, np.int64), (count,)) if np.ndim(max_new_tokens) == 0 \
+        else np.asarray(max_new_tokens, np.int64)
+    if limits.shape != (count,):
+        raise ValueError(f"max_new_tokens has {limits.size} entries; expected one per {what} ({count})")
+    if (limits < 1).any():
+        raise ValueError(f"max_new_tokens must be >= 1; got {limits.min()}")
+    return limits.astype(np.int32)
+
+
+def check_stop_ids(stop_ids, vocab_size: int) -> tuple:
+    stop_ids = tuple(sorted({int(t) for t in stop_ids}))
+    if any(not 0 <= t < vocab_size for t in stop_ids):
+        raise ValueError(f"stop_ids {stop_ids} must lie in [0, {vocab_size})")
+    return stop_ids
+
+
+def seed_key(seed: int):
+    """(2,) uint32 Threefry key data for `seed`; rows draw from it by global row id (prompt * n + sample)."""
+    return jax.random.key_data(jax.random.key(int(seed)))
+
+
+def plan_cache(prompts, width: int, max_cache_len):
+    """(prompt bucket T, allocated cache slots) for these prompts; capacity = allocated - 1 (one scratch slot)."""
+    longest = max(len(p) for p in prompts)
+    T = bucket(longest)
+    capacity = T + width if max_cache_len is None else int(max_cache_len)
+    if longest > capacity:
+        raise ValueError(f"a prompt has {longest} tokens but the cache holds {capacity} (max_cache_len); "
+                         "raise max_cache_len or shorten the prompt")
+    return min(T, capacity + 1), capacity + 1
+
+
+def pad_prompts(prompts, T: int, pad_id: int = 0):
+    """Right-padded (B, T) int32 tokens and (B,) lengths."""
+    tokens = np.full((len(prompts), T), pad_id, np.int32)
+    for i, p in enumerate(prompts):
+        tokens[i, :len(p)] = p
+    return tokens, np.asarray([len(p) for p in prompts], np.int32)
+
+
+def to_generation(state: SamplingState, keep_state: bool) -> Generation:
+    host = jax.device_get({"tokens": state.tokens, "raw": state.raw_logprobs, "lp": state.logprobs,
+                           "lengths": state.lengths, "finish": state.finish})
+    return Generation(tokens=host["tokens"], logprobs=host["raw"], sampling_logprobs=host["lp"],
+                      lengths=host["lengths"], finish_reason=[FINISH_REASONS[f] for f in host["finish"]],
+                      state=state if keep_state else None)
+
+
+def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_k=None, top_p=None,
+             stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True) -> Generation:
+    """Sample continuations of ragged prompts with a KV cache; see `Generation` for the result.
+
+    max_new_tokens: an int, or one limit per prompt. temperature 0 is greedy. The cache holds
+    max_cache_len tokens per row (prompt + generated; default: the prompt bucket + max_new_tokens); a row
+    that fills it ends with finish reason "cache_full". Under `mesh` rows shard over the data axes and heads
+    over `tensor` (place params with `shard_params` first). keep_state keeps the cache for
+    `continue_generation`.
+    """
+    cfg, params = model.config, model.params
+    methods = make_methods(temperature, top_k, top_p, min_p)
+    prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
+    if int(n) != n or n < 1:
+        raise ValueError(f"n={n!r}; expected an integer >= 1")
+    limits = np.repeat(_per_row(max_new_tokens, len(prompts), "prompt"), n)
+    width = int(limits.max())
+    stop_ids = check_stop_ids(stop_ids, cfg.vocab_size)
+    T, cache_len = plan_cache(prompts, width, max_cache_len)
+    tokens, lengths = pad_prompts(prompts, T)
+
+    with _mesh_scope(mesh):
+        state = engine.prefill(params, tokens, lengths, limits, seed_key(seed),
+                               np.arange(len(prompts) * n, dtype=np.uint32), cfg=cfg, methods=methods,
+                               stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width)
+        state = engine.decode(params, state, len(prompts) * n, width, cfg=cfg, methods=methods,
+                              stop_ids=stop_ids)
+    return to_generation(state, keep_state)
+
+
+def continue_generation(model, generation: Generation, appended, max_new_tokens, *, temperature=1.0,
+                        top_k=None, top_p=None, stop_ids=(), min_p=None, mesh=None,
+                        keep_state=True) -> Generation:
+    """Append tokens to finished rows and keep decoding from the cached prefix (multi-turn).
+
+    appended: one entry per row of `generation`: a list of token ids (e.g. a tool's output, may be empty)
+    to add after the row's generated tokens, or None to leave the row finished (it then returns 0 tokens).
+    The row's sequence so far (prompt + every generated token) is not recomputed. `generation` is consumed:
+    its cache moves into the result.
+    """
+    cfg, params = model.config, model.params
+    state = generation.state
+    if state is None:
+        raise ValueError("generation has no live state: it was made with keep_state=False or already continued")
+    R = state.tokens.shape[0]
+    if len(appended) != R:
+        raise ValueError(f"appended has {len(appended)} entries; expected one per row ({R})")
+    methods = make_methods(temperature, top_k, top_p, min_p)
+    stop_ids = check_stop_ids(stop_ids, cfg.vocab_size)
+    limits = _per_row(max_new_tokens, R, "row")
+    index, last, capacity = np.asarray(state.cache["index"]), np.asarray(state.last_token), state.capacity
+    feeds = []
+    for r, extra in enumerate(appended):
+        if extra is None:
+            feeds.append([])
+            continue
+        if generation.finish_reason[r] == "cache_full":
+            raise ValueError(f"row {r} ended with a full cache; it cannot be continued")
+        extra = [int(t) for t in extra]
+        if any(not 0 <= t < cfg.vocab_size for t in extra):
+            raise ValueError(f"appended[{r}] has token ids outside [0, {cfg.vocab_size})")
+        feeds.append([int(last[r])] + extra)
+        if index[r] + len(feeds[r]) > capacity:
+            raise ValueError(f"row {r}: {index[r]} cached + {len(feeds[r])} new tokens exceed the cache "
+                             f"({capacity}); raise max_cache_len")
+    longest = max(len(f) for f in feeds)
+    if longest == 0:
+        raise ValueError("appended is all None: no row to continue")
+    # Padding is written too (as invisible segment 0), so the padded width must fit every row's free slots.
+    free = capacity + 1 - index
+    Ta = bucket(longest) if bucket(longest) <= free.min() else longest
+    if Ta > free.min():
+        r = int(np.argmin(free))
+        raise ValueError(f"row {r} has {free[r]} free cache slots, fewer than the {Ta} appended this turn; "
+                         "raise max_cache_len")
+    feed, feed_lengths = pad_prompts([f or [0] for f in feeds], Ta)
+    feed_lengths = np.where([len(f) > 0 for f in feeds], feed_lengths, 0).astype(np.int32)
+    limits = np.where(feed_lengths > 0, limits, 0).astype(np.int32)
+    width = int(limits.max())
+    generation.state = None
+    with _mesh_scope(mesh):
+        state = engine.append(params, state, feed, feed_lengths, limits, cfg=cfg, methods=methods,
+                              stop_ids=stop_ids, width=width)
+        state = engine.decode(params, state, R, width, cfg=cfg, methods=methods, stop_ids=stop_ids)
+    return to_generation(state, keep_state)

@@ -1,0 +1,87 @@
+"""Slot refill: a queue of prompts feeds the rows of one static batch as they finish (long-tail rollouts)."""
+import jax
+import numpy as np
+
+from rlpt.sampling import engine
+from rlpt.sampling.generate import (
+    Generation,
+    _check_prompts,
+    _mesh_scope,
+    _per_row,
+    bucket,
+    check_stop_ids,
+    pad_prompts,
+    plan_cache,
+    seed_key,
+)
+from rlpt.sampling.methods import make_methods
+from rlpt.sampling.state import FINISH_REASONS
+
+
+def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, temperature=1.0, top_k=None,
+                    top_p=None, stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None) -> Generation:
+    """Like `generate`, but decodes in a static batch of `slots` rows and refills finished rows from a queue.
+
+    The R = len(prompts) * n rows (prompt-major, as in `generate`) are queued; each time rows finish, the
+    decode loop returns, their results are collected and queued rows are prefilled into the free slots.
+    Row r draws with the same per-row key as in `generate`, so results do not depend on the slot or on
+    which rows share the batch. Returns a `Generation` without live state.
+    """
+    cfg, params = model.config, model.params
+    methods = make_methods(temperature, top_k, top_p, min_p)
+    prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
+    if int(slots) != slots or slots < 1:
+        raise ValueError(f"slots={slots!r}; expected an integer >= 1")
+    if int(n) != n or n < 1:
+        raise ValueError(f"n={n!r}; expected an integer >= 1")
+    R = len(prompts) * n
+    limits = np.repeat(_per_row(max_new_tokens, len(prompts), "prompt"), n)
+    width = int(limits.max())
+    stop_ids = check_stop_ids(stop_ids, cfg.vocab_size)
+    T, cache_len = plan_cache(prompts, width, max_cache_len)
+    static = dict(cfg=cfg, methods=methods, stop_ids=stop_ids)
+
+    def prefill_rows(rows, batch):
+        """Prefill queued rows (padded to `batch` with 1-token dummies that finish at once)."""
+        rows = list(rows) + [-1] * (batch - len(rows))
+        tokens, lengths = pad_prompts([prompts[r // n] if r >= 0 else [0] for r in rows], T)
+        limit = np.where(np.asarray(rows) >= 0, limits[rows], 1)
+        return engine.prefill(params, tokens, lengths, limit, seed_key(seed), np.maximum(rows, 0).astype(np.uint32),
+                              n=1, cache_len=cache_len, width=width, **static)
+
+    out_tokens = np.zeros((R, width), np.int32)
+    out_raw, out_lp = np.zeros((R, width), np.float32), np.zeros((R, width), np.float32)
+    out_len, out_finish = np.zeros(R, np.int32), [None] * R
+    queue = list(range(R))
+    owners = np.full(slots, -1)
+    with _mesh_scope(mesh):
+        first = queue[:slots]
+        del queue[:slots]
+        state = prefill_rows(first, slots)
+        owners[:len(first)] = first
+        while True:
+            host = jax.device_get({"done": state.done, "tokens": state.tokens, "raw": state.raw_logprobs,
+                                   "lp": state.logprobs, "lengths": state.lengths, "finish": state.finish})
+            for slot in np.flatnonzero(host["done"] & (owners >= 0)):
+                r = owners[slot]
+                out_tokens[r], out_raw[r], out_lp[r] = host["tokens"][slot], host["raw"][slot], host["lp"][slot]
+                out_len[r], out_finish[r] = host["lengths"][slot], FINISH_REASONS[host["finish"][slot]]
+                owners[slot] = -1
+            free = np.flatnonzero(owners < 0)
+            if queue and len(free):
+                take = queue[:len(free)]
+                del queue[:len(free)]
+                k = min(bucket(len(take)), slots)
+                new = prefill_rows(take, k)
+                targets = np.full(k, slots, np.int32)  # out of range: dropped
+                targets[:len(take)] = free[:len(take)]
+                state = engine.insert_rows(state, new, targets)
+                owners[free[:len(take)]] = take
+                continue  # a refilled row may already be done (stop id or limit at its first token)
+            if (owners < 0).all():
+                break
+            done_now = int(host["done"].sum())
+            target = done_now + 1 if queue else slots
+            state = engine.decode(params, state, target, width, **static)
+    return Generation(tokens=out_tokens, logprobs=out_raw, sampling_logprobs=out_lp, lengths=out_len,
+                      finish_reason=out_finish)

@@ -1,0 +1,128 @@
+"""generate(): greedy == full recomputation, exact log-probs, n samples, stops, limits, cache, bad inputs."""
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+from rlpt.sampling import apply_methods, generate, make_methods
+from tests.sampling.helpers import PROMPTS, fixed_logits_model, log_softmax, teacher_forced, tiny_model
+
+
+def test_greedy_equals_argmax_of_full_recomputation_at_every_step():
+    model = tiny_model()
+    out = generate(model, PROMPTS, 12, temperature=0.0)
+    assert out.tokens.shape == (len(PROMPTS), 12) and list(out.lengths) == [12] * len(PROMPTS)
+    assert out.finish_reason == ["length"] * len(PROMPTS)
+    for i, prompt in enumerate(PROMPTS):
+        logits = teacher_forced(model, prompt, out.tokens[i])
+        np.testing.assert_array_equal(out.tokens[i], logits.argmax(-1), err_msg=f"row {i}")
+        ref = log_softmax(logits)[np.arange(12), out.tokens[i]]
+        np.testing.assert_allclose(out.logprobs[i], ref, atol=1e-5, rtol=0)
+        assert (out.sampling_logprobs[i] == 0).all()
+
+
+def test_sampled_logprobs_stops_and_prompt_major_groups():
+    model = tiny_model()
+    setting = dict(temperature=0.8, top_k=20, top_p=0.95)
+    stop_ids = (3, 17)
+    out = generate(model, PROMPTS, 10, n=3, stop_ids=stop_ids, seed=1, **setting)
+    assert out.tokens.shape == (15, 10)
+    assert "stop" in out.finish_reason and "length" in out.finish_reason
+    chain = make_methods(**setting)
+    for r in range(15):
+        prompt, L = PROMPTS[r // 3], out.lengths[r]
+        new = out.tokens[r, :L]
+        logits = teacher_forced(model, prompt, new)
+        np.testing.assert_allclose(out.logprobs[r, :L], log_softmax(logits)[np.arange(L), new], atol=1e-5)
+        adjusted = np.asarray(apply_methods(chain, logits))
+        np.testing.assert_allclose(out.sampling_logprobs[r, :L], log_softmax(adjusted)[np.arange(L), new],
+                                   atol=1e-5)
+        assert (out.tokens[r, L:] == 0).all() and (out.logprobs[r, L:] == 0).all()
+        stops = np.isin(new, stop_ids)
+        if out.finish_reason[r] == "stop":
+            assert stops[-1] and not stops[:-1].any()
+        else:
+            assert out.finish_reason[r] == "length" and L == 10 and not stops.any()
+    # The n samples of one prompt differ (independent draws from one shared prefill).
+    assert not (out.tokens[0] == out.tokens[1]).all() or not (out.tokens[1] == out.tokens[2]).all()
+    again = generate(model, PROMPTS, 10, n=3, stop_ids=stop_ids, seed=1, **setting)
+    np.testing.assert_array_equal(again.tokens, out.tokens)
+
+
+def test_n_greedy_samples_repeat_the_single_sample_and_per_row_limits():
+    model = tiny_model()
+    limits = [3, 12, 1, 7, 5]
+    single = generate(model, PROMPTS, limits, temperature=0.0)
+    assert list(single.lengths) == limits
+    grouped = generate(model, PROMPTS, 12, n=2, temperature=0.0)
+    full = generate(model, PROMPTS, 12, temperature=0.0)
+    np.testing.assert_array_equal(grouped.tokens, np.repeat(full.tokens, 2, axis=0))
+    for i, L in enumerate(limits):
+        np.testing.assert_array_equal(single.tokens[i, :L], full.tokens[i, :L])
+        assert (single.tokens[i, L:] == 0).all()
+
+
+def test_cache_full_stops_a_row_and_keeps_its_tokens_exact():
+    model = tiny_model()
+    out = generate(model, PROMPTS, 12, temperature=0.0, max_cache_len=13)
+    full = generate(model, PROMPTS, 12, temperature=0.0)
+    for i, prompt in enumerate(PROMPTS):
+        # The cache holds the prompt and every generated token but the last, which is never fed back.
+        expected = min(12, 13 - len(prompt) + 1)
+        assert out.lengths[i] == expected, (i, out.lengths[i])
+        assert out.finish_reason[i] == ("length" if expected == 12 else "cache_full")
+        np.testing.assert_array_equal(out.tokens[i, :expected], full.tokens[i, :expected])
+
+
+def test_end_to_end_frequencies_with_fixed_logits():
+    target = np.array([1.0, 0.2, -0.5, 2.0, 0.0, -2.0, 0.7, 1.4], np.float32)
+    model = fixed_logits_model(target)
+    logits = np.asarray(model(np.zeros((1, 1), np.int32)))[0, -1]
+    np.testing.assert_allclose(logits, target, atol=1e-4)
+    out = generate(model, [[1, 2]], 2, n=6000, temperature=0.9, top_k=5, top_p=0.9, seed=7)
+    z = logits / 0.9
+    keep = z >= np.sort(z)[-5]
+    p = np.where(keep, np.exp(z - z.max()), 0)
+    p /= p.sum()
+    order = np.argsort(-p)
+    keep &= np.isin(np.arange(8), order[:np.searchsorted(np.cumsum(p[order]), 0.9) + 1])
+    expected = np.where(keep, p, 0) / np.where(keep, p, 0).sum()
+    for col in range(2):
+        counts = np.bincount(out.tokens[:, col], minlength=8)
+        assert counts[~keep].sum() == 0
+        f_exp = expected[keep] * counts.sum()
+        assert stats.chisquare(counts[keep], f_exp * counts.sum() / f_exp.sum()).pvalue > 1e-3, counts
+
+
+@pytest.mark.parametrize("prompts, kwargs, match", [
+    ([[1, 2], []], {}, r"prompt_tokens\[1\] is empty"),
+    ([], {}, "non-empty"),
+    ([[1, 2, 3, 4, 5]], dict(max_cache_len=4), "cache holds 4"),
+    ([[1, 64]], {}, "outside"),
+    ([[1]], dict(top_p=0.0), "top_p"),
+    ([[1]], dict(top_p=1.01), "top_p"),
+    ([[1]], dict(temperature=-1.0), "temperature"),
+    ([[1]], dict(top_k=0), "top_k"),
+    ([[1]], dict(n=0), "n=0"),
+    ([[1]], dict(stop_ids=(99,)), "stop_ids"),
+])
+def test_bad_inputs_raise_clear_errors(prompts, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        generate(tiny_model(), prompts, 4, **kwargs)
+
+
+def test_bad_max_new_tokens():
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        generate(tiny_model(), [[1]], 0)
+    with pytest.raises(ValueError, match="one per prompt"):
+        generate(tiny_model(), [[1], [2]], [3])
+
+
+def test_new_params_do_not_recompile():
+    model = tiny_model()
+    generate(model, PROMPTS, 12, temperature=0.0)
+    other = model.with_params(jax.tree.map(lambda x: x * 1.01, model.params))
+    from rlpt.sampling import engine
+    before = engine.decode._cache_size(), engine.prefill._cache_size()
+    generate(other, PROMPTS, 12, temperature=0.0)
+    assert (engine.decode._cache_size(), engine.prefill._cache_size()) == before
