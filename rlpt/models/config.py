@@ -60,7 +60,9 @@ class ModelConfig:
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
     logits_dtype: str = "float32"
-    attention_impl: str = "reference"
+    # "dense": the fused XLA path in rlpt.models.transformer (fastest on CPU for short rows); or any name in
+    # kernels.ATTENTION_IMPLS ("reference", "blockwise", "flash", "ring", "allgather").
+    attention_impl: str = "dense"
     remat: str = "none"
     scan_layers: bool = True
 
@@ -75,6 +77,11 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"model.num_heads={self.num_heads} must be a multiple of "
                              f"model.num_kv_heads={self.num_kv_heads}")
+        import kernels
+
+        if self.attention_impl != "dense" and self.attention_impl not in kernels.ATTENTION_IMPLS:
+            raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'dense' or one of "
+                             f"{sorted(kernels.ATTENTION_IMPLS)}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"model.remat={self.remat!r}; expected one of {REMAT_POLICIES}")
         if self.head_dim is None:

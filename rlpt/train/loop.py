@@ -7,7 +7,8 @@ import time
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from rlpt.config.schema import Config
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
@@ -16,7 +17,7 @@ from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_
 from rlpt.train.checkpoint import Checkpointer, fingerprint
 from rlpt.train.lora import init_lora, merge_lora
 from rlpt.train.optim import make_optimizer, make_schedule
-from rlpt.train.state import create_state
+from rlpt.train.state import TrainState, create_state
 from rlpt.train.step import build_train_step
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,18 @@ class Trainer:
         return metrics
 
 
+def state_shardings(optimizer, params, frozen, mesh):
+    """TrainState shardings: optimizer moments follow their parameters, the rest is replicated."""
+    replicated = NamedSharding(mesh, PartitionSpec())
+    is_sharding = lambda x: isinstance(x, NamedSharding)  # noqa: E731
+    param_sh = jax.tree.map(lambda x: x.sharding, params)
+    abstract = jax.eval_shape(lambda p, f: create_state(p, optimizer, 0, f), params, frozen)
+    opt_sh = optax.tree_map_params(optimizer, lambda _, sh: sh, abstract.opt_state, param_sh,
+                                   transform_non_params=lambda _: replicated, is_leaf=is_sharding)
+    return TrainState(step=replicated, params=param_sh, opt_state=opt_sh, rng=replicated,
+                      frozen=jax.tree.map(lambda x: x.sharding, frozen))
+
+
 def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = None, devices=None,
                  init: Model | None = None, donate: bool = True, subdir: str = "checkpoints") -> Trainer:
     """Build mesh, model, optimizer, sharded TrainState and the jitted step for `loss_fn_factory(model_cfg)`.
@@ -99,8 +112,9 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
                 return merge_lora(fr["base"], adapters, cfg.lora)
         else:
             trainable = model.params
-        state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f))(trainable, frozen)
-    shardings = jax.tree.map(lambda x: x.sharding, state)
+        shardings = state_shardings(optimizer, trainable, frozen, mesh)
+        state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
+                        out_shardings=shardings)(trainable, frozen)
     step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings,
                                params_fn=params_fn, donate=donate)
     ckpt = None
