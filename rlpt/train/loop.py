@@ -13,7 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from rlpt.config.schema import Config
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
 from rlpt.models.transformer import param_axes
-from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed
+from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding
 from rlpt.train.checkpoint import Checkpointer, fingerprint
 from rlpt.train.lora import init_lora, merge_lora
 from rlpt.train.optim import make_optimizer, make_schedule
@@ -101,7 +101,12 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
     """
     mesh = setup_mesh(cfg, devices)
     with jax.set_mesh(mesh), axis_rules(cfg.mesh.rules):
-        model = build_model(cfg, mesh) if init is None else init
+        if init is None:
+            model = build_model(cfg, mesh)
+        else:  # e.g. the SFT policy: place it on this mesh with the rules' shardings
+            shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(init.config),
+                                     init.params, is_leaf=lambda x: isinstance(x, tuple))
+            model = Model(init.config, jax.device_put(init.params, shardings))
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
         if cfg.lora.rank > 0:
