@@ -76,6 +76,9 @@ class DataConfig:
     easy_to_hard: bool = False
     pool_size: int = 4096  # examples generated per procedural pass / shuffled per epoch
     completion_only: bool = True
+    # Token layout for context parallelism over mesh.seq > 1: contiguous | zigzag | striped (load-balanced
+    # causal work for ring attention); applied once to each batch, exact because masks use positions.
+    cp_layout: str = "zigzag"
     # Progressive length curriculum: [[from_step, seq_len], ...] (ascending); empty: seq_len throughout.
     length_stages: list[Any] = dataclasses.field(default_factory=list)
     noise: float = 0.0  # share of task demonstrations given another task's answer (a noisy teacher)

@@ -10,6 +10,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from kernels.layouts import apply_layout_batch
 from rlpt.config.schema import Config
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
 from rlpt.models.transformer import param_axes
@@ -74,6 +75,9 @@ class Trainer:
         return Model(self.model_cfg, params)
 
     def step(self, host_batch: dict):
+        n_seq = self.mesh.shape["seq"]
+        if n_seq > 1 and self.cfg.data.cp_layout != "contiguous":
+            host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq)
         batch = shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh)
         with jax.set_mesh(self.mesh), axis_rules(self.cfg.mesh.rules):
             self.state, metrics = self.step_fn(self.state, batch)

@@ -47,3 +47,13 @@ def test_same_losses_across_meshes(single, mesh):
         # Optimizer moments follow their parameters' shardings.
         mu = trainer.state.opt_state[1][0].mu["layers"]["w_up"]
         assert mu.sharding.is_equivalent_to(trainer.state.params["layers"]["w_up"].sharding, 3)
+
+
+def test_sequence_parallel_ring_with_zigzag_matches_single_device(single):
+    """mesh=seq (8) with ring attention: zigzag and contiguous layouts give the single-device losses."""
+    seq = ["mesh=seq", "model.attention_impl=ring"]
+    zigzag, trainer = _losses(seq + ["data.cp_layout=zigzag"], steps=2)
+    contiguous, _ = _losses(seq + ["data.cp_layout=contiguous"], steps=2)
+    assert trainer.mesh.shape["seq"] == 8
+    np.testing.assert_allclose(zigzag, single[:2], rtol=1e-5)
+    np.testing.assert_allclose(contiguous, single[:2], rtol=1e-5)
