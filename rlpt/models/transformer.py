@@ -13,6 +13,9 @@ from rlpt.parallel.rules import constrain
 
 ACT = ("batch", "act_seq", "act_embed")
 
+# Per-row write of T new entries at each row's own cache index: (B, S, ...) <- (B, T, ...) at (B,).
+_write_rows = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+
 
 def param_axes(cfg: ModelConfig) -> dict:
     """Logical axis names of every parameter, the same tree structure as `init_params`."""
@@ -158,9 +161,8 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
     if kv_cache is None:
         kk, vv, kv_pos, kv_seg = k, v, positions, segment_ids
     else:
-        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
-        kk = write(kv_cache["k"], k.astype(kv_cache["k"].dtype), cache_index)
-        vv = write(kv_cache["v"], v.astype(kv_cache["v"].dtype), cache_index)
+        kk = _write_rows(kv_cache["k"], k.astype(kv_cache["k"].dtype), cache_index)
+        vv = _write_rows(kv_cache["v"], v.astype(kv_cache["v"].dtype), cache_index)
         new_cache = {"k": kk, "v": vv}
         kv_pos, kv_seg = kv_cache["positions"], kv_cache["segment_ids"]
         kk, vv = kk.astype(dt), vv.astype(dt)
@@ -222,9 +224,8 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
     layer_caches, cache_index = None, None
     if cache is not None:
         cache_index = cache["index"]
-        write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
-        kv_positions = write(cache["positions"], positions, cache_index)
-        kv_segments = write(cache["segment_ids"], segment_ids, cache_index)
+        kv_positions = _write_rows(cache["positions"], positions, cache_index)
+        kv_segments = _write_rows(cache["segment_ids"], segment_ids, cache_index)
         layer_caches = {"k": cache["k"], "v": cache["v"]}
 
     def body(x, xs):
@@ -284,8 +285,3 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
             "positions": jnp.zeros((batch, max_len), jnp.int32),
             "segment_ids": jnp.zeros((batch, max_len), jnp.int32),
             "index": jnp.zeros((batch,), jnp.int32)}
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def jit_forward(params, cfg, tokens, positions=None, segment_ids=None):
-    return forward(params, cfg, tokens, positions, segment_ids)
