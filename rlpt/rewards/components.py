@@ -1,4 +1,6 @@
-"""Reward components by name: `fn(task, response, verdict, cfg) -> float`, mixed by rlpt.rewards.mixture."""
+"""Reward components by name: `fn(task, response, verdict, cfg) -> float`, mixed by rlpt.rewards.mixture.
+
+A name `judge_<name>` resolves to the judge registered as <name> (rlpt.rewards.judges.register_judge)."""
 
 from collections.abc import Callable
 
@@ -15,6 +17,21 @@ def register_component(name: str):
         return fn
 
     return wrap
+
+
+def get_component(name: str) -> Callable:
+    """The component registered as `name`, or the judge component for `judge_<name>`."""
+    from rlpt.rewards.judges import JUDGE_PREFIX, JUDGES, judge_component
+
+    if name in COMPONENTS:
+        return COMPONENTS[name]
+    if name.startswith(JUDGE_PREFIX):
+        judge = name[len(JUDGE_PREFIX):]
+        if judge not in JUDGES:
+            raise KeyError(f"reward component {name!r}: no judge {judge!r} registered; registered: {sorted(JUDGES)}")
+        return judge_component(judge)
+    raise KeyError(f"unknown component {name!r}; known: {sorted(COMPONENTS)} or judge_<name> for judges "
+                   f"{sorted(JUDGES)}")
 
 
 @register_component("correctness")
