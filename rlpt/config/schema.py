@@ -161,6 +161,97 @@ class RLConfig:
     sft_steps: int = 0  # quickstart: SFT cold start before RL
     sft_noise: float = 0.0  # quickstart: share of SFT demonstrations with a wrong answer (a noisy teacher)
     sft_tiers: list[int] = dataclasses.field(default_factory=list)
+    # quickstart: stop the cold start once greedy pass@1 on a dev split of train-seed tasks (sft_dev_per_domain
+    # per domain, checked every sft_check_every steps) reaches sft_target_pass; 0: run all sft_steps.
+    sft_target_pass: float = 0.0
+    sft_check_every: int = 25
+    sft_dev_per_domain: int = 100
+
+
+@dataclasses.dataclass
+class ObserveConfig:
+    """Run observability (rlpt.observe): TensorBoard, reward-drift alerts, trajectory and failure logs.
+
+    Drift: per domain, the rewards of the last `drift_window` steps are compared with the `drift_baseline`
+    steps before them (two-sample KS statistic and population stability index over `drift_bins` bins); an
+    alert fires when KS > drift_ks_threshold and PSI > drift_psi_threshold (a threshold <= 0 switches that
+    test off) and both samples hold >= drift_min_samples rewards; after an alert the domain's baseline
+    restarts (a new full baseline is collected before the next test). `alert_hooks` names callables
+    registered in rlpt.observe.alerts.ALERT_HOOKS. samples_every / samples_per_step: sample trajectories
+    written to TensorBoard as text.
+    Trajectory log: gzip JSONL under <out_dir>/trajectories, a new file past `traj_log_max_bytes`
+    (compressed), the oldest deleted beyond `traj_log_max_files`. Failures: failed tasks with failure tags
+    to <out_dir>/failures/*.jsonl (at most `failures_max_responses` failing responses per task)."""
+
+    tensorboard: bool = True
+    samples_every: int = 10
+    samples_per_step: int = 2
+    drift: bool = True
+    drift_window: int = 8
+    drift_baseline: int = 32
+    drift_min_samples: int = 32
+    drift_bins: int = 10
+    drift_ks_threshold: float = 0.25
+    drift_psi_threshold: float = 0.25
+    alert_hooks: list[str] = dataclasses.field(default_factory=list)
+    trajectory_log: bool = True
+    traj_log_max_bytes: int = 16 << 20
+    traj_log_max_files: int = 8
+    failures: bool = True
+    failures_max_responses: int = 2
+
+
+@dataclasses.dataclass
+class PrefConfig:
+    """Preference stages (dpo | rm | ppo_rlhf; rlpt.preference): pairs, loss by registry name, reward model, PPO.
+
+    Pairs come from `source`: verifier (a verified and a failed sample of one task, drawn from the policy),
+    synthetic (gold answer against a corrupted one) or jsonl (`path`: prompt/chosen/rejected text or chat
+    messages). Identical, empty and over-long (> max_len tokens, by `overlong`) pairs are dropped or cut and
+    counted. Each stage can first train its own SFT policy (sft_steps > 0, on a teacher with sft_noise).
+    """
+
+    sft_steps: int = 0  # SFT warm start inside the stage (0: train.init_from or random init)
+    sft_noise: float = 0.5
+    source: str = "verifier"  # verifier | synthetic | jsonl
+    path: str = ""  # jsonl: training pairs
+    heldout_path: str = ""  # jsonl: held-out pairs (empty: none for jsonl; tasks' eval split otherwise)
+    train_tasks: int = 256  # tasks (train seeds) for verifier / synthetic pairs
+    heldout_tasks: int = 128  # tasks (eval seeds) for held-out pairs
+    samples_per_task: int = 8  # verifier pairs: samples per task to find a passed and a failed one
+    sample_temperature: float = 1.0
+    gold_fallback: bool = False  # verifier pairs: the gold answer is chosen when no sample of a task passes
+    corruption: str = "mixed"  # synthetic rejected answer: swap (another task's answer) | perturb | mixed
+    max_len: int = 48  # prompt + response tokens per sequence
+    overlong: str = "drop"  # drop | truncate (cut the response's tail)
+    rounds: int = 1  # dpo: regenerate verifier pairs from the current policy each round (iterative DPO)
+    loss: str = "sigmoid"  # rlpt.algos.PREFERENCE_LOSSES name: sigmoid ipo robust hinge simpo orpo kto
+    loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    beta: float = 0.1
+    rpo_alpha: float = 0.0  # dpo: + rpo_alpha * token-mean NLL of the chosen responses (RPO; TRL's rpo_alpha)
+    ref: str = "precompute"  # precompute (reference log-probs once per round) | online (frozen ref params)
+    steps: int = 100  # dpo optimizer steps per round
+    lr: float = 1.0e-4
+    batch_size: int = 16  # pairs per optimizer step
+    eval_per_domain: int = 200
+    rm_steps: int = 200
+    rm_lr: float = 3.0e-4
+    rm_batch_size: int = 32
+    rm_margin: float = 0.0  # Bradley-Terry margin: -log sigmoid(s_c - s_r - margin)
+    rm_center_coef: float = 0.0
+    rm_path: str = ""  # ppo_rlhf: a saved RewardModel folder (empty: train one in the stage first)
+    ppo_steps: int = 100
+    ppo_lr: float = 5.0e-5
+    ppo_epochs: int = 1
+    rm_weight: float = 1.0  # reward = rm_weight * RM score + verifier_weight * verifier score - KL
+    verifier_weight: float = 0.0
+    kl_coef: float = 0.05  # KL-in-reward to the frozen reference
+    kl_estimator: str = "k1"
+    clip: float = 0.2
+    vf_coef: float = 0.5
+    value_clip: float = 0.2
+    gamma: float = 1.0
+    lam: float = 0.95
 
 
 @dataclasses.dataclass
@@ -177,6 +268,8 @@ class Config:
     curriculum: CurriculumConfig = dataclasses.field(default_factory=CurriculumConfig)
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
+    pref: PrefConfig = dataclasses.field(default_factory=PrefConfig)
+    observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
 
 
 def register_configs() -> None:

@@ -28,7 +28,11 @@ class CurriculumConfig:
     adaptive: each domain holds a current tier; the success EMA (rate `ema`) of (domain, tier) above
     `band_high` after `min_samples` outcomes promotes, below `band_low` demotes; `explore` is the chance
     of drawing a neighbouring tier.
-    replay_fraction of each batch re-draws failed tasks (up to replay_capacity) with weight replay_weight."""
+    Replay pool (data flywheel): tasks scoring < 1 enter a pool of replay_capacity slots with their failure tag;
+    replay_fraction of each batch re-draws from it, slot i with weight replay_tag_weights[tag] (default 1.0;
+    0 keeps that tag out of the pool: infrastructure failures are not the policy's) times
+    replay_weight ** (times the task was re-drawn) (< 1 favours fresh failures); a re-drawn task that passes
+    leaves the pool. replay_file: a tasks.jsonl from `python -m rlpt.flywheel` preloaded into the pool."""
 
     name: str = "fixed"
     tier_weights: list[float] = dataclasses.field(default_factory=list)
@@ -43,6 +47,10 @@ class CurriculumConfig:
     replay_fraction: float = 0.0
     replay_capacity: int = 1024
     replay_weight: float = 1.0
+    replay_tag_weights: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"verifier_error": 0.0, "sandbox_error": 0.0}
+    )
+    replay_file: str = ""
 
 
 @dataclasses.dataclass

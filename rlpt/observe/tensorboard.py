@@ -11,8 +11,8 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 class TBWriter:
     """Writes event files under `logdir`; only process 0 should construct one."""
 
-    def __init__(self, logdir: str):
-        self._writer = EventFileWriter(logdir)
+    def __init__(self, logdir: str, filename_suffix: str = ""):
+        self._writer = EventFileWriter(logdir, filename_suffix=filename_suffix)
 
     def _emit(self, step: int, value: summary_pb2.Summary.Value):
         event = event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[value]))

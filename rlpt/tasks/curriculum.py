@@ -2,17 +2,26 @@
 
 A curriculum is a frozen description plus an explicit state dict of numpy arrays and ints
 (checkpointable as is): `init_state() -> state`, `draw(state, step, rng, n) -> [(domain, tier, seed)]`,
-`update(state, outcomes) -> state` with outcomes `[(domain, tier, seed, score)]`.
+`update(state, outcomes) -> state` with outcomes `[(domain, tier, seed, score)]` or
+`[(domain, tier, seed, score, failure_tag)]` (rlpt.observe.tags.task_outcomes).
+
+Replay pool (the data flywheel): a task with score < 1 enters a ring of `replay_capacity` slots with its
+failure tag (once: a task already in the pool only updates its tag); `replay_fraction` of each batch is
+re-drawn from the pool, slot i with weight tag_weight[tag_i] * replay_weight ** attempts_i; a pooled task
+that scores 1 again leaves the pool ("solved"). `replay_file` preloads the pool from the tasks.jsonl that
+`python -m rlpt.flywheel` writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rlpt.observe.tags import FAILURE_TAGS
 from rlpt.tasks.base import EVAL_SEED_START, Task
 from rlpt.tasks.registry import get_domain, resolve
 
@@ -34,7 +43,7 @@ class Curriculum:
         d, t = len(self.domains), max(len(x) for x in self.tiers)
         start = np.array([min(self.cfg.start_tier_index, len(x) - 1) for x in self.tiers], np.int64)
         cap = self.cfg.replay_capacity
-        return {
+        state = {
             "tier_index": start,
             "ema": np.full((d, t), 0.5),
             "count": np.zeros((d, t), np.int64),
@@ -45,7 +54,11 @@ class Curriculum:
             "replay_tier": np.zeros(cap, np.int64),
             "replay_seed": np.zeros(cap, np.int64),
             "replay_next": 0,
+            **_replay_extras(cap),
         }
+        if self.cfg.replay_file:
+            state = self.update(state, load_replay_file(self.cfg.replay_file))
+        return state
 
     def tier_probs(self, state: dict, step: int, d: int) -> np.ndarray:
         """(len(tiers[d]),) probabilities over the tiers of domain d at this step."""
@@ -74,9 +87,13 @@ class Curriculum:
     def draw(self, state: dict, step: int, rng: np.random.Generator, n: int) -> list[tuple[str, int, int]]:
         """n (domain, tier, seed) triples with training seeds; a replay_fraction share re-draws failures."""
         out = []
+        state = _complete(state)
         live = np.flatnonzero(state["replay_domain"] >= 0)
+        w = np.array([self.tag_weight(FAILURE_TAGS[state["replay_tag"][i]]) for i in live], float)
+        w = w * self.cfg.replay_weight ** state["replay_attempts"][live].astype(float)
+        live, w = live[w > 0], w[w > 0]
         n_replay = int(rng.binomial(n, self.cfg.replay_fraction)) if len(live) else 0
-        for slot in rng.choice(live, size=n_replay) if n_replay else []:
+        for slot in rng.choice(live, size=n_replay, p=w / w.sum()) if n_replay else []:
             out.append(
                 (
                     self.domains[state["replay_domain"][slot]],
@@ -91,18 +108,20 @@ class Curriculum:
 
     def update(self, state: dict, outcomes) -> dict:
         """Fold (domain, tier, seed, score) outcomes into the state (a new dict; the input is not changed)."""
-        s = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in state.items()}
+        s = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in _complete(state).items()}
         index = {name: i for i, name in enumerate(self.domains)}
         a = self.cfg.ema
-        for domain, tier, seed, score in outcomes:
+        for outcome in outcomes:
+            domain, tier, seed, score = outcome[:4]
+            if domain not in index:
+                raise KeyError(f"curriculum outcome for domain {domain!r}, not in this curriculum {self.domains}")
             d = index[domain]
+            if tier not in self.tiers[d]:
+                raise ValueError(f"curriculum outcome for {domain!r} tier {tier}, allowed tiers {self.tiers[d]}")
             t = self.tiers[d].index(tier)
             s["ema"][d, t] = (1 - a) * s["ema"][d, t] + a * float(score)
             s["count"][d, t] += 1
-            if score < 1.0 and self.cfg.replay_fraction > 0 and self.cfg.replay_capacity > 0:
-                slot = s["replay_next"] % self.cfg.replay_capacity
-                s["replay_domain"][slot], s["replay_tier"][slot], s["replay_seed"][slot] = d, tier, seed
-                s["replay_next"] += 1
+            self._replay_update(s, d, tier, int(seed), float(score), outcome[4] if len(outcome) > 4 else None)
             if self.kind != "adaptive" or t != s["tier_index"][d]:
                 continue
             s["since_move"][d] += 1
@@ -119,11 +138,71 @@ class Curriculum:
                 s["since_move"][d] = 0
         return s
 
+    def tag_weight(self, tag: str) -> float:
+        return float(self.cfg.replay_tag_weights.get(tag, 1.0))
+
+    def _replay_update(self, s: dict, d: int, tier: int, seed: int, score: float, tag: str | None):
+        """Pool bookkeeping for one outcome (in place on the copied state s)."""
+        cap = self.cfg.replay_capacity
+        if self.cfg.replay_fraction <= 0 or cap <= 0:
+            return
+        tag = tag if tag is not None else ("wrong_answer" if score < 1.0 else "passed")
+        if score < 1.0 and tag not in FAILURE_TAGS:
+            raise ValueError(f"failure tag {tag!r} for task {self.domains[d]}:t{tier}:s{seed}; known: {FAILURE_TAGS}")
+        hit = np.flatnonzero((s["replay_domain"] == d) & (s["replay_tier"] == tier) & (s["replay_seed"] == seed))
+        if len(hit):  # a pooled task came back: count the attempt; solved tasks leave the pool
+            slot = hit[0]
+            s["replay_attempts"][slot] += 1
+            s["replay_redrawn"] += 1
+            if score >= 1.0:
+                s["replay_domain"][slot] = -1
+                s["replay_solved"] += 1
+            else:
+                s["replay_tag"][slot] = FAILURE_TAGS.index(tag)
+        elif score < 1.0 and self.tag_weight(tag) > 0:
+            slot = s["replay_next"] % cap
+            s["replay_domain"][slot], s["replay_tier"][slot], s["replay_seed"][slot] = d, tier, seed
+            s["replay_tag"][slot], s["replay_attempts"][slot] = FAILURE_TAGS.index(tag), 0
+            s["replay_next"] += 1
+
+    def replay_pool(self, state: dict) -> list[dict]:
+        """The live pool entries: domain, tier, seed, tag, attempts (for reports and tests)."""
+        state = _complete(state)
+        return [{"domain": self.domains[state["replay_domain"][i]], "tier": int(state["replay_tier"][i]),
+                 "seed": int(state["replay_seed"][i]), "tag": FAILURE_TAGS[state["replay_tag"][i]],
+                 "attempts": int(state["replay_attempts"][i])} for i in np.flatnonzero(state["replay_domain"] >= 0)]
+
     def tasks(self, state: dict, step: int, rng: np.random.Generator, n: int) -> list[Task]:
         return [get_domain(d).generate(seed, tier) for d, tier, seed in self.draw(state, step, rng, n)]
 
 
 CURRICULA = ("fixed", "staged", "adaptive")
+
+
+def _replay_extras(cap: int) -> dict:
+    return {"replay_tag": np.zeros(cap, np.int64), "replay_attempts": np.zeros(cap, np.int64),
+            "replay_redrawn": 0, "replay_solved": 0}
+
+
+def _complete(state: dict) -> dict:
+    """A state saved before the pool kept tags and attempts gets them (empty) instead of failing on resume."""
+    if "replay_tag" in state:
+        return state
+    return {**state, **_replay_extras(len(state["replay_domain"]))}
+
+
+def load_replay_file(path: str) -> list[tuple[str, int, int, float, str]]:
+    """Failed-task outcomes (score 0) from a tasks.jsonl written by `python -m rlpt.flywheel`."""
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                rec = json.loads(line)
+                try:
+                    out.append((rec["domain"], int(rec["tier"]), int(rec["seed"]), 0.0, rec["tag"]))
+                except KeyError as e:
+                    raise KeyError(f"curriculum.replay_file {path}:{n} lacks {e}") from None
+    return out
 
 
 def build_curriculum(cfg: CurriculumConfig, domains_cfg: DomainsConfig) -> Curriculum:
@@ -132,6 +211,12 @@ def build_curriculum(cfg: CurriculumConfig, domains_cfg: DomainsConfig) -> Curri
         raise KeyError(f"unknown curriculum {cfg.name!r}; known: {CURRICULA}")
     if not 0.0 <= cfg.band_low < cfg.band_high <= 1.0:
         raise ValueError(f"curriculum band must satisfy 0 <= low < high <= 1, got {cfg.band_low}, {cfg.band_high}")
+    if not 0.0 <= cfg.replay_fraction <= 1.0 or cfg.replay_weight < 0 or cfg.replay_capacity < 0:
+        raise ValueError(f"curriculum.replay_fraction must be in [0, 1], replay_weight and replay_capacity >= 0; got "
+                         f"{cfg.replay_fraction}, {cfg.replay_weight}, {cfg.replay_capacity}")
+    bad = {k: v for k, v in cfg.replay_tag_weights.items() if k not in FAILURE_TAGS or v < 0}
+    if bad:
+        raise ValueError(f"curriculum.replay_tag_weights {bad}: tags must be in {FAILURE_TAGS}, weights >= 0")
     names = resolve(domains_cfg.include)
     tiers = []
     for name in names:

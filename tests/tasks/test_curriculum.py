@@ -1,6 +1,7 @@
 """Curricula: adaptive promotion/demotion under a fake policy, staged unlocking, replay, checkpointing."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -94,3 +95,63 @@ def test_bad_configs_fail_loudly():
         build_curriculum(CurriculumConfig(name="adaptive", band_low=0.9, band_high=0.5), DOMAINS)
     with pytest.raises(KeyError, match="matches no registered domain"):
         build_curriculum(CurriculumConfig(), DomainsConfig(include=["nope/*"]))
+
+
+def test_replay_pool_tags_dedupes_and_graduates():
+    cfg = CurriculumConfig(name="fixed", replay_fraction=1.0, replay_capacity=8)
+    cur = build_curriculum(cfg, DOMAINS)
+    state = cur.update(cur.init_state(), [
+        ("arith/add", 3, 11, 0.25, "wrong_answer"), ("arith/add", 3, 11, 0.0, "truncated"),  # same task twice
+        ("list/sort", 1, 7, 0.0, "verifier_error"),  # infrastructure failure: weight 0, kept out of the pool
+        ("list/sort", 2, 8, 0.0, "empty"), ("list/sort", 2, 9, 1.0, "passed")])
+    pool = cur.replay_pool(state)
+    assert pool == [{"domain": "arith/add", "tier": 3, "seed": 11, "tag": "truncated", "attempts": 1},
+                    {"domain": "list/sort", "tier": 2, "seed": 8, "tag": "empty", "attempts": 0}]
+    assert set(cur.draw(state, 0, np.random.default_rng(0), 50)) == {("arith/add", 3, 11), ("list/sort", 2, 8)}
+    state = cur.update(state, [("list/sort", 2, 8, 1.0, "passed")])  # solved on re-draw: leaves the pool
+    assert [e["seed"] for e in cur.replay_pool(state)] == [11] and state["replay_solved"] == 1
+    assert state["replay_redrawn"] == 2
+
+
+def test_replay_weight_favours_fresh_failures_and_tag_weights():
+    cfg = CurriculumConfig(name="fixed", replay_fraction=1.0, replay_capacity=8, replay_weight=0.25,
+                           replay_tag_weights={"truncated": 2.0, "verifier_error": 0.0})
+    cur = build_curriculum(cfg, DOMAINS)
+    state = cur.update(cur.init_state(), [("arith/add", 1, 1, 0.0, "wrong_answer"), ("arith/add", 1, 2, 0.0),
+                                          ("arith/add", 1, 3, 0.0, "truncated")])
+    state = cur.update(state, [("arith/add", 1, 1, 0.0, "wrong_answer")] * 2)  # seed 1: 2 failed re-draws
+    draws = cur.draw(state, 0, np.random.default_rng(0), 7000)
+    share = {s: np.mean([d[2] == s for d in draws]) for s in (1, 2, 3)}
+    # weights 1 * 0.25**2, 1, 2 -> shares 1/49, 16/49, 32/49
+    assert share[1] == pytest.approx(1 / 49, abs=0.01) and share[3] == pytest.approx(32 / 49, abs=0.02)
+    with pytest.raises(ValueError, match="replay_tag_weights"):
+        build_curriculum(dataclasses.replace(cfg, replay_tag_weights={"nope": 1.0}), DOMAINS)
+    with pytest.raises(ValueError, match="failure tag"):
+        cur.update(state, [("arith/add", 1, 5, 0.0, "bogus")])
+    with pytest.raises(KeyError, match="not in this curriculum"):
+        cur.update(state, [("str/reverse", 1, 5, 0.0)])
+
+
+def test_replay_pool_survives_encode_decode_and_old_states():
+    from rlpt.pipeline.rl import decode_state, encode_state
+
+    cfg = CurriculumConfig(name="adaptive", min_samples=4, replay_fraction=0.5, replay_capacity=16)
+    cur = build_curriculum(cfg, DOMAINS)
+    state, _ = _simulate(cur, cur.init_state(), 6, lambda i: 0.5)
+    restored = decode_state(json.loads(json.dumps(encode_state(state))))
+    assert cur.replay_pool(restored) == cur.replay_pool(state) and len(cur.replay_pool(state)) > 0
+    rng = lambda: np.random.default_rng(3)  # noqa: E731
+    assert cur.draw(restored, 6, rng(), 64) == cur.draw(state, 6, rng(), 64)
+    old = {k: v for k, v in restored.items() if k not in ("replay_tag", "replay_attempts", "replay_redrawn",
+                                                          "replay_solved")}
+    assert len(cur.draw(old, 6, rng(), 64)) == 64 and cur.update(old, [("arith/add", 1, 4, 0.0)])["replay_next"] > 0
+
+
+def test_replay_file_preloads_the_pool(tmp_path):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"domain": "list/sort", "tier": 2, "seed": 77, "tag": "wrong_answer"}) + "\n")
+    cur = build_curriculum(CurriculumConfig(replay_fraction=0.5, replay_capacity=4, replay_file=str(path)), DOMAINS)
+    state = cur.init_state()
+    assert cur.replay_pool(state) == [{"domain": "list/sort", "tier": 2, "seed": 77, "tag": "wrong_answer",
+                                       "attempts": 0}]
+    assert ("list/sort", 2, 77) in cur.draw(state, 0, np.random.default_rng(0), 16)
