@@ -1,25 +1,40 @@
-"""Bulk task generation: a mixture sample of (domain, tier, seed) specs, generated in a process pool."""
+"""Bulk task generation: mixture samples of (domain, tier, seed) specs, generated in a process pool with cell
+affinity; slow cells can be served from pre-generated pools (`rlpt.tasks.pool`)."""
 
+import collections
 import concurrent.futures as cf
 import multiprocessing as mp
 
 import numpy as np
 
 from rlpt.tasks.base import EVAL_SEED_START, Task
+from rlpt.tasks.pool import PoolStore, is_pooled, pool_seeds, pooled_cells
 from rlpt.tasks.registry import get_domain, list_domains
 
+Spec = tuple[str, int, int]  # (domain, tier, seed)
+# The forkserver imports these once (the last one builds the registry), so forked workers start warm.
+PRELOAD = ["rlpt.tasks.registry", "rlpt.tasks.native", "rlpt.tasks.rgym", "reasoning_gym", "rlpt.tasks.preload"]
 
-def mixture_specs(names: list[str], n: int, seed: int) -> list[tuple[str, int, int]]:
-    """n (domain, tier, train seed) triples: domains uniform, tiers uniform within each domain."""
+
+def mixture_specs(names: list[str], n: int, seed: int, pool_size: int = 0) -> list[Spec]:
+    """n (domain, tier, train seed) triples: domains uniform, tiers uniform within each domain.
+
+    With pool_size > 0 the seed of a pooled (slow) cell is one of its first pool_size pool seeds; the
+    domains and tiers drawn do not depend on pool_size.
+    """
     rng = np.random.default_rng(seed)
     out = []
     for i in rng.integers(0, len(names), size=n):
         tiers = get_domain(names[i]).tiers
-        out.append((names[i], int(tiers[rng.integers(0, len(tiers))]), int(rng.integers(0, EVAL_SEED_START))))
+        tier = int(tiers[rng.integers(0, len(tiers))])
+        task_seed = int(rng.integers(0, EVAL_SEED_START))
+        if pool_size and is_pooled(names[i], tier):
+            task_seed = pool_seeds(names[i], tier, pool_size)[task_seed % pool_size]
+        out.append((names[i], tier, task_seed))
     return out
 
 
-def _generate_chunk(specs: list[tuple[str, int, int]]) -> list[Task]:
+def _generate_chunk(specs: list[Spec]) -> list[Task]:
     return [get_domain(name).generate(seed, tier) for name, tier, seed in specs]
 
 
@@ -27,13 +42,53 @@ def _warm() -> None:
     list_domains()
 
 
-def generate_many(specs: list[tuple[str, int, int]], workers: int = 2, chunk: int = 64) -> list[Task]:
-    """Tasks for the specs, in order. workers=0 generates in this process. The pool forks from a server
-    that has imported the generators once, so workers start without re-importing reasoning-gym."""
+def _run(jobs: list[list[Spec]], workers: int) -> list[Task]:
     if workers == 0:
-        return _generate_chunk(specs)
+        return [task for job in jobs for task in _generate_chunk(job)]
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["rlpt.tasks.registry", "rlpt.tasks.native", "rlpt.tasks.rgym", "reasoning_gym"])
-    chunks = [specs[i : i + chunk] for i in range(0, len(specs), chunk)]
+    ctx.set_forkserver_preload(PRELOAD)
     with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_warm) as pool:
-        return [task for part in pool.map(_generate_chunk, chunks) for task in part]
+        return [task for part in pool.map(_generate_chunk, jobs) for task in part]
+
+
+def generate_many(specs: list[Spec], workers: int = 2, chunk: int = 32, store: PoolStore | None = None) -> list[Task]:
+    """Tasks for the specs, in order; each is `get_domain(d).generate(seed, tier)`. workers=0 generates here.
+
+    Specs are grouped by (domain, tier) before they are cut into chunks, so each worker builds a cell's
+    generator objects (reasoning-gym datasets load word lists and fonts) about once, and slow cells go first
+    so that no worker is left with a long tail. With a store, tasks of pooled cells are read from it and
+    those generated here are added to it.
+    """
+    out: list[Task | None] = [None] * len(specs)
+    todo = list(range(len(specs)))
+    if store is not None:
+        pools = {cell: store.load(*cell) for cell in {spec[:2] for spec in specs} if is_pooled(*cell)}
+        todo = []
+        for i, (name, tier, seed) in enumerate(specs):
+            out[i] = pools.get((name, tier), {}).get(seed)
+            if out[i] is None:
+                todo.append(i)
+    todo.sort(key=lambda i: (not is_pooled(*specs[i][:2]), specs[i][:2]))
+    jobs = [[specs[i] for i in todo[k : k + chunk]] for k in range(0, len(todo), chunk)]
+    for i, task in zip(todo, _run(jobs, workers), strict=True):
+        out[i] = task
+    if store is not None:
+        fresh: dict[tuple[str, int], dict[int, Task]] = collections.defaultdict(dict)
+        for i in todo:
+            name, tier, seed = specs[i]
+            if is_pooled(name, tier):
+                fresh[name, tier][seed] = out[i]
+        for (name, tier), tasks in fresh.items():
+            store.save(name, tier, tasks)
+    return out  # type: ignore[return-value]  (every slot is filled above)
+
+
+def pregenerate(store: PoolStore, pool_size: int, workers: int = 2, cells=None) -> int:
+    """Generate the first pool_size pool seeds of every pooled cell (or of `cells`) missing from the store;
+    returns how many tasks were generated."""
+    specs = []
+    for name, tier in cells if cells is not None else pooled_cells():
+        have = store.load(name, tier)
+        specs += [(name, tier, s) for s in pool_seeds(name, tier, pool_size) if s not in have]
+    generate_many(specs, workers=workers, chunk=4, store=store)
+    return len(specs)

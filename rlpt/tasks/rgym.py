@@ -6,8 +6,10 @@ and a task's item index comes from `item_index(seed, attempt)`: train seeds (< E
 seeds map to disjoint index ranges (16M train and 4M eval items per tier, all indices below 2**32).
 """
 
+import contextlib
 import dataclasses
 import functools
+import io
 import json
 import re
 
@@ -41,6 +43,8 @@ EXCLUDED = {
     "puzzle24": "generation took ~0.5 s per item even at level 0; its scorer also ignores which numbers are used",
     "rubiks_cube": "generation took ~0.25 s per item at level 0; higher levels' example answers fail its scorer",
 }
+# Generators that print to stdout while generating (bf's Brainf*ck compiler prints a dot per pass).
+_PRINTS = {"bf"}
 # Items whose `answer` is None keep a reference solution in these metadata fields.
 _GOLD_FIELDS = ("example_answer", "example_correct_answer", "possible_answer")
 # Scorers that pass policy text to eval(): the answer may hold no call, power or repetition.
@@ -75,7 +79,7 @@ _MATH_NAMES = {
     "ln",
 }
 # (first, last) curriculum level generated online: levels outside took over ~60 ms per item on the 2-core
-# reference machine (sokoban's level 0 took 40 s), or fail the library's own scorer.
+# reference machine (sokoban's level 0 took 40 s), fail the library's own scorer, or have no eval items.
 LEVEL_RANGE = {
     "advanced_geometry": (0, 0),
     "bf": (0, 0),
@@ -91,6 +95,8 @@ LEVEL_RANGE = {
     "polynomial_multiplication": (0, 0),
     "pool_matrix": (0, 2),
     "sokoban": (3, 6),
+    # Level 0 has 6 distinct items (3 disks, 3 pegs), all in the train split: no eval task exists.
+    "tower_of_hanoi": (1, 3),
     "zebra_puzzles": (0, 1),
 }
 
@@ -100,7 +106,10 @@ def _dataset(name: str, level: int | None):
     import reasoning_gym  # noqa: F401  (registers the generators)
     from reasoning_gym.factory import DATASETS, create_curriculum
 
+    from rlpt.tasks.rgym_fixes import REPLACEMENTS
+
     cls, config_cls = DATASETS[name]
+    cls = REPLACEMENTS.get(name, cls)
     if level is None:
         config = config_cls(seed=DATASET_SEED, size=VIRTUAL_SIZE)
     else:
@@ -182,14 +191,22 @@ class IndexedDomain(Domain):
 
 
 def _make_fns(name: str, tier_levels: dict):
+    from rlpt.tasks.rgym_fixes import ITEM_FILTERS
+
+    reject = ITEM_FILTERS.get(name)
+
     def make(index: int, tier: int):
         level = tier_levels[tier]
         try:
-            item = _dataset(name, level)[index]
+            if name in _PRINTS:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    item = _dataset(name, level)[index]
+            else:
+                item = _dataset(name, level)[index]
         except Exception:  # third-party generators fail on some draws ("Failed to generate a capture
             return None, {}  # problem"): a failed draw is re-drawn, it must not take the registry down
         gold = _gold(item)
-        if gold is None or not gold.strip():
+        if gold is None or not gold.strip() or (reject is not None and reject(item)):
             return None, {}
         entry = {"question": item["question"], "answer": item["answer"], "metadata": item.get("metadata", {})}
         meta = {"answer": gold, "rg_entry": entry, "rg_level": level}

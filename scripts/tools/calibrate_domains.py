@@ -111,7 +111,12 @@ def main() -> None:
     with cf.ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
         futures = {pool.submit(calibrate, n, args.n_train, args.n_eval): n for n in names}
         results = list(done)
+        failed = {}
         for fut in cf.as_completed(futures):
+            if fut.exception() is not None:  # reported in the table's block and by the exit status
+                failed[futures[fut]] = f"{type(fut.exception()).__name__}: {fut.exception()}"
+                print(f"{futures[fut]}: FAILED {failed[futures[fut]]}", flush=True)
+                continue
             results.append(fut.result())
             if args.json:
                 with open(args.json, "w") as fh:
@@ -121,12 +126,15 @@ def main() -> None:
                 f"({results[-1]['seconds']:.1f} s)",
                 flush=True,
             )
-    block = f"{START}\n{summary(results)}\n\n{table(results)}\n{END}"
+    failures = "".join(f"\n\nNot calibrated: `{name}`: {why}" for name, why in sorted(failed.items()))
+    block = f"{START}\n{summary(results)}{failures}\n\n{table(results)}\n{END}"
     text = open(args.doc).read() if os.path.exists(args.doc) else f"{START}\n{END}\n"
     text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text, flags=re.DOTALL)
     with open(args.doc, "w") as fh:
         fh.write(text)
     print(summary(results))
+    if failed:
+        raise SystemExit(f"{len(failed)} domains failed: {sorted(failed)}")
 
 
 if __name__ == "__main__":

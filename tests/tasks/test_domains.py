@@ -48,6 +48,7 @@ def test_domain_tier(name, tier):
     assert (task.id, task.prompt, task.meta["answer"]) == (again.id, again.prompt, again.meta["answer"])
     assert task.domain == name and task.difficulty == tier and task.meta["split"] == "train"
     assert domain.generate(EVAL_SEED_START - 1, tier).meta["split"] == "train"  # the largest training seed
+    assert domain.generate(EVAL_SEED_START, tier).meta["split"] == "eval"  # every tier has eval tasks
     gold = task.meta["answer"]
     assert gold.strip(), "empty gold answer"
     # Selection tasks (min, median, search, filters) necessarily show their answer among the inputs; a long

@@ -1,6 +1,9 @@
 """Logic-grid puzzles (zebra style) with a unique solution, and boolean-expression evaluation."""
 
+import functools
 import itertools
+
+import numpy as np
 
 from rlpt.tasks.native.common import domain
 
@@ -13,19 +16,32 @@ _ATTRS = {
 _SHAPE = {1: (2, 2), 2: (3, 2), 3: (3, 3), 4: (4, 3), 5: (5, 2)}
 
 
-def _clue_holds(clue, sol):
+@functools.cache
+def _candidates(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every assignment of k attributes to n houses: value index at each house and house of each value.
+
+    Both (n!**k, k, n) int8: `at[c, a, pos]` is the value of attribute a in house pos of candidate c,
+    `where[c, a, v]` the house holding value v. Read-only; shared by every puzzle of that shape.
+    """
+    perms = np.array(list(itertools.permutations(range(n))), np.int8)  # (n!, n)
+    inverse = np.argsort(perms, axis=1).astype(np.int8)  # (n!, n)
+    combos = np.stack(np.meshgrid(*[np.arange(len(perms))] * k, indexing="ij"), -1).reshape(-1, k)  # (C, k)
+    at, where = perms[combos], inverse[combos]
+    at.flags.writeable = where.flags.writeable = False
+    return at, where
+
+
+def _clue_mask(clue, attrs, values, at, where):
+    """(C,) bool: which candidates satisfy the clue."""
     kind = clue[0]
-    if kind == "at":
+    if kind in ("at", "not_at"):
         _, attr, val, pos = clue
-        return sol[attr][pos] == val
-    if kind == "not_at":
-        _, attr, val, pos = clue
-        return sol[attr][pos] != val
-    if kind == "same":
-        _, a1, v1, a2, v2 = clue
-        return sol[a1].index(v1) == sol[a2].index(v2)
-    _, a1, v1, a2, v2 = clue  # "left": v1's house is directly left of v2's
-    return sol[a1].index(v1) + 1 == sol[a2].index(v2)
+        hit = at[:, attrs.index(attr), pos] == values[attr].index(val)
+        return hit if kind == "at" else ~hit
+    _, a1, v1, a2, v2 = clue
+    h1 = where[:, attrs.index(a1), values[a1].index(v1)]
+    h2 = where[:, attrs.index(a2), values[a2].index(v2)]
+    return h1 == h2 if kind == "same" else h1 + 1 == h2  # "left": v1's house is directly left of v2's
 
 
 def _who(attr, val):
@@ -64,17 +80,16 @@ def _grid(rng, t):
     attrs = list(_ATTRS)[:k]
     values = {a: _ATTRS[a][:n] for a in attrs}
     sol = {a: rng.sample(values[a], n) for a in attrs}
-    candidates = [
-        dict(zip(attrs, combo))
-        for combo in itertools.product(*(list(itertools.permutations(values[a])) for a in attrs))
-    ]
+    # The clue loop only counts candidates, so a vectorised filter over the cached assignment table
+    # consumes the same random draws as a filter over explicit dicts and yields the same puzzle.
+    at, where = _candidates(n, k)
     clues = []
-    while len(candidates) > 1:
+    while len(at) > 1:
         clue = _random_clue(rng, attrs, n, sol, t)
-        kept = [c for c in candidates if _clue_holds(clue, c)]
-        if len(kept) < len(candidates):  # only informative clues
+        keep = _clue_mask(clue, attrs, values, at, where)
+        if not keep.all():  # only informative clues
             clues.append(clue)
-            candidates = kept
+            at, where = at[keep], where[keep]
     ask_attr = attrs[-1]
     target = rng.choice(values[ask_attr])
     answer = sol["name"][list(sol[ask_attr]).index(target)]
