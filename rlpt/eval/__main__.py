@@ -1,0 +1,108 @@
+"""`python -m rlpt.eval key=value ...`: evaluate a checkpoint (or the oracle / empty policy) on a suite, compare
+results, measure effective context (suite=needle|multihop) or report contamination. Options: rlpt/eval/config.py."""
+import json
+import os
+import re
+import sys
+
+from rlpt.eval.config import EvalConfig, parse_args
+
+
+def _out(cfg: EvalConfig, name: str) -> str:
+    return cfg.out or os.path.join("runs", "eval", re.sub(r"[^\w.-]+", "_", f"{name}-{cfg.policy}"))
+
+
+def _policy(cfg: EvalConfig):
+    if cfg.policy != "model":
+        return None
+    from rlpt.eval.checkpoint import load_policy
+
+    model, tok, desc = load_policy(cfg.checkpoint)
+    print(f"[eval] policy {desc}", flush=True)
+    return model, tok
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    from rlpt.eval.report import final_line, markdown, write_results
+    from rlpt.eval.run import evaluate_suite
+    from rlpt.eval.suites import LoadArgs, get_suite
+
+    suite = get_suite(cfg.suite)
+    tasks = suite.load(LoadArgs(cfg.limit, cfg.per_domain, cfg.seed))
+    print(f"[eval] suite {suite.name}: {len(tasks)} tasks ({suite.source})", flush=True)
+    res = evaluate_suite(cfg, suite, tasks, _policy(cfg))
+    paths = write_results(res, _out(cfg, suite.name))
+    print(markdown(res).split("## First")[0], flush=True)
+    line = final_line(res, paths)
+    if cfg.baseline:
+        line["compare"] = _compare(cfg, cfg.baseline, paths[0])
+    return line
+
+
+def _compare(cfg: EvalConfig, a_path: str, b_path: str) -> dict:
+    from rlpt.eval.compare import compare, markdown, write_comparison
+    from rlpt.eval.report import load_results
+
+    a, b = load_results(a_path), load_results(b_path)
+    metrics = ["pass1"] + [f"pass@{k}" for k in cfg.k if all(r.get("n", 0) >= k for r in a["records"] + b["records"])]
+    result = {}
+    for metric in metrics:
+        cmp = compare(a, b, metric=metric, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed,
+                      min_drop=cfg.min_drop)
+        out = cfg.out or os.path.dirname(os.path.abspath(b_path if b_path.endswith(".json") else b_path + "/x"))
+        write_comparison(cmp, os.path.join(out, f"compare_{metric.replace('@', '_at_')}"))
+        print(markdown(cmp), flush=True)
+        row = cmp["rows"]["all"]
+        result[metric] = {"delta": round(row["delta"], 6), "low": round(row["low"], 6), "high": round(row["high"], 6),
+                          "regressions": cmp["regressions"]}
+    return result
+
+
+def run_compare(cfg: EvalConfig) -> dict:
+    parts = [p for p in cfg.compare.split(",") if p]
+    if len(parts) != 2:
+        raise ValueError(f"compare={cfg.compare!r}: expected two results paths A,B (B - A is reported)")
+    return {"compare": parts, **_compare(cfg, parts[0], parts[1])}
+
+
+def run_contamination(cfg: EvalConfig) -> dict:
+    from rlpt.eval.contamination import markdown, report, training_texts
+    from rlpt.eval.suites import LoadArgs, get_suite
+
+    suite = get_suite(cfg.suite)
+    tasks = suite.load(LoadArgs(cfg.limit, cfg.per_domain, cfg.seed))
+    rows = report(tasks, training_texts(cfg.contamination, cfg.train_tasks), n=cfg.ngram)
+    text = markdown(suite.name, rows, cfg.ngram)
+    out = _out(cfg, f"{suite.name}-contamination")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "contamination.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(os.path.join(out, "contamination.md"), "w") as f:
+        f.write(text)
+    print(text, flush=True)
+    alls = [r for r in rows if r["domain"] == "all"]
+    return {"suite": suite.name, "contamination": cfg.contamination, "n_eval": len(tasks),
+            "contaminated": {r["source"]: r["contaminated"] for r in alls},
+            "rate": {r["source"]: round(r["rate"], 6) for r in alls}, "report": os.path.join(out, "contamination.md")}
+
+
+def main(argv: list[str]) -> dict:
+    cfg = parse_args(argv)
+    if cfg.compare:
+        return run_compare(cfg)
+    if cfg.contamination:
+        return run_contamination(cfg)
+    if cfg.suite in ("needle", "multihop"):
+        from rlpt.eval.context import run_context
+
+        return run_context(cfg, _policy(cfg), _out(cfg, cfg.suite))
+    return run_eval(cfg)
+
+
+if __name__ == "__main__":
+    try:
+        line = main(sys.argv[1:])
+    except (ValueError, KeyError, FileNotFoundError, ImportError) as err:
+        print(f"rlpt.eval: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(line), flush=True)
