@@ -149,8 +149,11 @@ def _tier_levels(levels: list) -> dict[int, int | None]:
     return {t: levels[round((t - 1) * (len(levels) - 1) / (n - 1))] for t in range(1, n + 1)}
 
 
-def _score_in_worker(name: str, level, answer: str, entry: dict) -> float:
+def _score_in_worker(name: str, level, answer: str, entry: dict) -> float | None:
+    """The dataset's score, or None when its scorer ran past SCORE_ALARM_S (recorded as a timeout)."""
     import signal
+
+    import sympy  # noqa: F401  (imported before the alarm: a cold sympy import must not count as scoring)
 
     dataset = _dataset(name, level)
 
@@ -162,7 +165,7 @@ def _score_in_worker(name: str, level, answer: str, entry: dict) -> float:
     try:
         return float(dataset.score_answer(answer, entry))
     except TimeoutError:
-        return 0.0
+        return None
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -247,7 +250,9 @@ def _score(name: str, level, answer: str, entry: dict) -> tuple[float, str | Non
         if _POWER_BOMB.search(answer):
             return 0.0, "answer holds a chained or huge power"
         done, value = run_isolated(_score_in_worker, name, level, answer, entry, timeout_s=SCORE_TIMEOUT_S)
-        return (value, None) if done else (0.0, "scorer timed out")
+        if not done or value is None:
+            return 0.0, "scorer timed out"
+        return value, None
     try:
         return float(_dataset(name, level).score_answer(answer, entry)), None
     except Exception as err:  # third-party scorer on untrusted text: a crash is a failed answer, not ours
