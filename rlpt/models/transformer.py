@@ -13,8 +13,12 @@ from rlpt.parallel.rules import constrain
 
 ACT = ("batch", "act_seq", "act_embed")
 
-# Per-row write of T new entries at each row's own cache index: (B, S, ...) <- (B, T, ...) at (B,).
-_write_rows = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=0))
+
+def _write_rows(cache, new, index, axis=1):
+    """Per-row write of T new entries at each row's own index (B,): cache (B, .., S, ..) <- new (B, .., T, ..)
+    along `axis`. For T=1 XLA emits one small scatter that updates the (donated) cache in place."""
+    write = lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=axis - 1)  # noqa: E731
+    return jax.vmap(write)(cache, new, index)
 
 
 def param_axes(cfg: ModelConfig) -> dict:
@@ -145,6 +149,30 @@ def dense_self_attention(q, k, v, positions, segment_ids, *, sliding_window=None
     return jnp.where(jnp.any(mask, axis=-1)[:, :, None, None], out, 0).astype(q.dtype)
 
 
+def cached_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids, *, sliding_window=None):
+    """Attention of q (B, T, H, Dh) over a KV cache k/v (B, KV, S, Dh): kernels' reference math and mask.
+
+    The cache keeps each (row, KV head) block (S, Dh) contiguous, so both matmuls read it where it lies (a
+    (B, S, KV, Dh) layout costs a transposed copy of the whole cache per layer per decoded token).
+    positions / segment ids (B, T) and (B, S); rows that see no key give 0.
+    """
+    B, T, H, D = q.shape
+    KV, S = k.shape[1], k.shape[2]
+    G = H // KV
+    qg = q.reshape(B, T, KV, G, D).transpose(0, 2, 1, 3, 4).reshape(B, KV, T * G, D)
+    s = jnp.einsum("bkqd,bksd->bkqs", qg, k, preferred_element_type=jnp.float32) * D ** -0.5
+    mask = attention_mask(q_positions, kv_positions, q_segment_ids, kv_segment_ids, causal=True,
+                          sliding_window=sliding_window)  # (B, 1, T, S)
+    mask = jnp.broadcast_to(mask[:, :, :, None], (B, 1, T, G, S)).reshape(B, 1, T * G, S)
+    s = jnp.where(mask, s, MASK_VALUE)
+    m = jnp.max(s, axis=-1, keepdims=True)
+    p = jnp.where(mask, jnp.exp(s - m), 0.0)
+    denom = jnp.sum(p, axis=-1, keepdims=True)
+    p = p / jnp.where(denom > 0, denom, 1.0)
+    out = jnp.einsum("bkqs,bksd->bkqd", p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+    return out.reshape(B, KV, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, H, D).astype(q.dtype)
+
+
 def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index):
     """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,)."""
     dt = cfg.dtype
@@ -158,21 +186,19 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     q = constrain(q, ("batch", "act_seq", "act_heads", "act_head_dim"))
     new_cache = None
-    if kv_cache is None:
-        kk, vv, kv_pos, kv_seg = k, v, positions, segment_ids
-    else:
-        kk = _write_rows(kv_cache["k"], k.astype(kv_cache["k"].dtype), cache_index)
-        vv = _write_rows(kv_cache["v"], v.astype(kv_cache["v"].dtype), cache_index)
+    if kv_cache is not None:
+        # The cache is (B, KV, S, Dh): new K/V (B, T, KV, Dh) go in at each row's index, then attend.
+        kk = _write_rows(kv_cache["k"], k.transpose(0, 2, 1, 3).astype(kv_cache["k"].dtype), cache_index, axis=2)
+        vv = _write_rows(kv_cache["v"], v.transpose(0, 2, 1, 3).astype(kv_cache["v"].dtype), cache_index, axis=2)
         new_cache = {"k": kk, "v": vv}
-        kv_pos, kv_seg = kv_cache["positions"], kv_cache["segment_ids"]
-        kk, vv = kk.astype(dt), vv.astype(dt)
-    if kv_cache is None and cfg.attention_impl == "dense":
-        out = dense_self_attention(q, kk, vv, positions, segment_ids, sliding_window=cfg.sliding_window)
+        out = cached_attention(q, kk.astype(dt), vv.astype(dt), positions, kv_cache["positions"], segment_ids,
+                               kv_cache["segment_ids"], sliding_window=cfg.sliding_window)
+    elif cfg.attention_impl == "dense":
+        out = dense_self_attention(q, k, v, positions, segment_ids, sliding_window=cfg.sliding_window)
     else:
-        out = kernels.attention(q, kk, vv, q_positions=positions, kv_positions=kv_pos, q_segment_ids=segment_ids,
-                                kv_segment_ids=kv_seg, causal=True, sliding_window=cfg.sliding_window,
-                                impl=cfg.attention_impl if kv_cache is None and cfg.attention_impl != "dense"
-                                else "reference")
+        out = kernels.attention(q, k, v, q_positions=positions, kv_positions=positions, q_segment_ids=segment_ids,
+                                kv_segment_ids=segment_ids, causal=True, sliding_window=cfg.sliding_window,
+                                impl=cfg.attention_impl)
     out = dense("bthk,hkd->btd", out, lp["wo"], dt)
     if cfg.o_bias:
         out = out + lp["bo"].astype(dt)
@@ -221,37 +247,48 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
     x = jnp.take(params["embed"], tokens, axis=0).astype(cfg.dtype)
     x = constrain(x, ACT)
     cos, sin = rope_cos_sin(cfg, positions)
-    layer_caches, cache_index = None, None
     if cache is not None:
-        cache_index = cache["index"]
-        kv_positions = _write_rows(cache["positions"], positions, cache_index)
-        kv_segments = _write_rows(cache["segment_ids"], segment_ids, cache_index)
-        layer_caches = {"k": cache["k"], "v": cache["v"]}
+        x, new_cache = _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache)
+        return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), new_cache
 
-    def body(x, xs):
-        lp, lc = xs
-        if lc is not None:
-            lc = dict(lc, positions=kv_positions, segment_ids=kv_segments)
-        return _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, cache_index)
+    def body(x, lp):
+        return _block(cfg, x, lp, cos, sin, positions, segment_ids, None, None)[0], None
 
     if cfg.remat != "none":
         body = jax.checkpoint(body, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
     if cfg.scan_layers:
-        x, new_layer_caches = jax.lax.scan(body, x, (params["layers"], layer_caches))
+        x, _ = jax.lax.scan(body, x, params["layers"])
     else:
-        outs = []
-        for i in range(cfg.num_layers):
-            lp = jax.tree.map(lambda a, i=i: a[i], params["layers"])
-            lc = None if layer_caches is None else jax.tree.map(lambda a, i=i: a[i], layer_caches)
-            x, c = body(x, (lp, lc))
-            outs.append(c)
-        new_layer_caches = None if layer_caches is None else jax.tree.map(lambda *a: jnp.stack(a), *outs)
-    x = rms_norm(x, params["final_norm"], cfg.rms_norm_eps)
-    new_cache = None
-    if cache is not None:
-        new_cache = {"k": new_layer_caches["k"], "v": new_layer_caches["v"], "positions": kv_positions,
-                     "segment_ids": kv_segments, "index": cache_index + T}
-    return x, new_cache
+        for lp in layer_list(params["layers"]):
+            x, _ = body(x, lp)
+    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), None
+
+
+def layer_list(layers) -> list:
+    """Per-layer parameter dicts from the stacked (L, ...) layer tree; a list passes through unchanged.
+
+    A decode loop splits once, outside its while_loop: slicing inside would copy every weight each step.
+    """
+    if isinstance(layers, (list, tuple)):
+        return list(layers)
+    num_layers = jax.tree.leaves(layers)[0].shape[0]
+    return [jax.tree.map(lambda a, i=i: a[i], layers) for i in range(num_layers)]
+
+
+def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache):
+    """The layers over `init_cache`'s per-layer buffers, unrolled: each layer writes its own K/V buffer in place
+    (a scan would slice and re-stack the whole cache every call). params["layers"] may be a `layer_list`."""
+    index = cache["index"]
+    kv_positions = _write_rows(cache["positions"], positions, index)
+    kv_segments = _write_rows(cache["segment_ids"], segment_ids, index)
+    ks, vs = [], []
+    for lp, k, v in zip(layer_list(params["layers"]), cache["k"], cache["v"], strict=True):
+        lc = {"k": k, "v": v, "positions": kv_positions, "segment_ids": kv_segments}
+        x, new = _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index)
+        ks.append(new["k"])
+        vs.append(new["v"])
+    return x, {"k": tuple(ks), "v": tuple(vs), "positions": kv_positions, "segment_ids": kv_segments,
+               "index": index + positions.shape[1]}
 
 
 def lm_head(params, cfg: ModelConfig):
@@ -274,14 +311,17 @@ def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, 
 
 
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
-    """An empty KV cache of max_len slots per row: k, v (L, B, S, KV, Dh); slots start as padding.
+    """An empty KV cache of max_len slots per row; slots start as padding (segment 0).
 
+    k, v: tuples of L per-layer buffers (B, KV, S, Dh), so a decode step updates each in place and attention
+    reads it without a transpose; positions, segment_ids (B, S); index (B,) the next free slot of each row.
     The caller keeps index + T <= max_len: inside jit a write past the end is clamped by XLA and would
     overwrite earlier slots (rlpt.sampling checks this on the host and reserves a scratch slot).
     """
     dtype = cfg.dtype if dtype is None else dtype
-    shape = (cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim)
-    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype),
+    shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+    return {"k": tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+            "v": tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
             "positions": jnp.zeros((batch, max_len), jnp.int32),
             "segment_ids": jnp.zeros((batch, max_len), jnp.int32),
             "index": jnp.zeros((batch,), jnp.int32)}

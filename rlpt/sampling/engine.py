@@ -1,11 +1,10 @@
 """The jitted pieces of generation: prefill, the decode while_loop, continuation and row insertion."""
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden
+from rlpt.models.transformer import hidden_states, init_cache, layer_list, logits_from_hidden
 from rlpt.sampling.methods import row_uniforms, sample
 from rlpt.sampling.sharding import constrain_cache
 from rlpt.sampling.state import CACHE_FULL, LENGTH, RUNNING, STOP, SamplingState, empty_state
@@ -55,7 +54,7 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     # Padding went into slots len..T-1 as segment 0; pointing index at len lets decoding overwrite them.
     cache = dict(cache, index=prompt_lengths.astype(jnp.int32))
     if n > 1:
-        cache = {k: jnp.repeat(v, n, axis=1 if k in ("k", "v") else 0) for k, v in cache.items()}
+        cache = jax.tree.map(lambda x: jnp.repeat(x, n, axis=0), cache)
         logits, prompt_lengths = jnp.repeat(logits, n, axis=0), jnp.repeat(prompt_lengths, n)
     state = empty_state(constrain_cache(cache), B * n, width, max_new, rng, row_ids)
     state = state.replace(positions=prompt_lengths.astype(jnp.int32))
@@ -63,11 +62,11 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
 
 
 def decode_step(params, cfg, methods, stop_ids, state: SamplingState) -> SamplingState:
-    """Write every live row's last token into the cache and draw the next one."""
+    """Write every live row's last token into the cache and draw the next one.
+
+    params["layers"] should be a `layer_list` made outside the loop (see `decode`).
+    """
     active = ~state.done
-    # Unrolled layers: XLA updates each layer's cache slice in place instead of re-stacking a scan's output
-    # (measured 2x faster per decode step on CPU); same parameters, same math.
-    cfg = dataclasses.replace(cfg, scan_layers=False)
     hidden, cache = hidden_states(params, cfg, state.last_token[:, None], state.positions[:, None],
                                   active.astype(jnp.int32)[:, None], cache=state.cache)
     logits = logits_from_hidden(params, cfg, hidden)[:, 0]
@@ -80,6 +79,9 @@ def decode_step(params, cfg, methods, stop_ids, state: SamplingState) -> Samplin
 @functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids"), donate_argnames=("state",))
 def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods, stop_ids) -> SamplingState:
     """Decode until at least target_done rows are done or max_steps steps ran (both dynamic scalars)."""
+    # Split the stacked layer weights once: slices taken inside the loop body are copied on every step.
+    params = dict(params, layers=layer_list(params["layers"]))
+
     def cond(carry):
         s, k = carry
         return (jnp.sum(s.done) < target_done) & (k < max_steps)
@@ -123,7 +125,7 @@ def insert_rows(state: SamplingState, new: SamplingState, slots) -> SamplingStat
             return dst.at[index].set(src, mode="drop")
         return f
 
-    cache = {k: put(1 if k in ("k", "v") else 0)(state.cache[k], new.cache[k]) for k in state.cache}
+    cache = jax.tree.map(put(0), state.cache, new.cache)
     fields = ("tokens", "logprobs", "raw_logprobs", "last_token", "positions", "lengths", "max_new", "done",
               "finish", "row_ids")
     return state.replace(cache=cache, **{f: put(0)(getattr(state, f), getattr(new, f)) for f in fields})

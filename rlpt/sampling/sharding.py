@@ -5,8 +5,8 @@ from rlpt.models.transformer import param_axes
 from rlpt.parallel.rules import constrain, named_sharding
 
 CACHE_AXES = {
-    "k": ("layers", "batch", "cache_seq", "act_kv_heads", "act_head_dim"),
-    "v": ("layers", "batch", "cache_seq", "act_kv_heads", "act_head_dim"),
+    "k": ("batch", "act_kv_heads", "cache_seq", "act_head_dim"),  # each layer's buffer
+    "v": ("batch", "act_kv_heads", "cache_seq", "act_head_dim"),
     "positions": ("batch", "cache_seq"),
     "segment_ids": ("batch", "cache_seq"),
     "index": ("batch",),
@@ -15,7 +15,7 @@ CACHE_AXES = {
 
 def constrain_cache(cache: dict) -> dict:
     """Rows over the data axes, KV heads over tensor (where they divide) under the active mesh; else a no-op."""
-    return {name: constrain(x, CACHE_AXES[name]) for name, x in cache.items()}
+    return {name: jax.tree.map(lambda x, n=name: constrain(x, CACHE_AXES[n]), xs) for name, xs in cache.items()}
 
 
 def shard_params(params, cfg, mesh):

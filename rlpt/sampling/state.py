@@ -18,7 +18,7 @@ class SamplingState:
     tokens: jax.Array  # (B, N) int32 new tokens; pad_id after each row's length
     logprobs: jax.Array  # (B, N) f32 log-prob under the sampling distribution actually used
     raw_logprobs: jax.Array  # (B, N) f32 log-prob under the raw policy (temperature 1, no truncation)
-    cache: dict  # rlpt.models.init_cache layout, S slots per row; the last slot is scratch (never filled)
+    cache: dict  # rlpt.models.init_cache layout (per-layer (B, KV, S, Dh) buffers); the last slot is scratch
     last_token: jax.Array  # (B,) int32
     positions: jax.Array  # (B,) int32 position of last_token
     lengths: jax.Array  # (B,) int32 tokens generated so far
@@ -32,7 +32,7 @@ class SamplingState:
     @property
     def capacity(self) -> int:
         """Usable cache slots per row (one slot is kept as scratch for rows that are already done)."""
-        return self.cache["k"].shape[2] - 1
+        return self.cache["positions"].shape[1] - 1
 
 
 def empty_state(cache, rows: int, width: int, max_new, rng, row_ids, pad_id: int = 0) -> SamplingState:

@@ -21,4 +21,4 @@ def test_generate_on_a_mesh_matches_single_device_and_shards_the_cache():
     sharded = generate(model.with_params(params), prompts, 6, temperature=0.0, mesh=sampler)
     np.testing.assert_array_equal(sharded.tokens, plain.tokens)
     np.testing.assert_allclose(sharded.logprobs, plain.logprobs, atol=1e-5)
-    assert sharded.state.cache["k"].sharding.spec[1] == "data"
+    assert sharded.state.cache["k"][0].sharding.spec[0] == "data"
