@@ -1,0 +1,1 @@
+"""Preference alignment: pairs (data, pairs), DPO family (dpo), reward models (reward_model), PPO-RLHF (ppo_rlhf)."""

@@ -1,0 +1,73 @@
+"""Scalar heads on the transformer (reward, value) and a trainer whose params are {"lm": ..., "head": ...}.
+
+`make_head_trainer` mirrors rlpt.train.loop.make_trainer for a backbone plus head: the backbone is placed by
+the logical-axis rules, the head is replicated, and `trainer.model()` returns the backbone as a Model.
+"""
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from rlpt.config.schema import Config
+from rlpt.models import Model
+from rlpt.models.transformer import hidden_states, param_axes
+from rlpt.parallel import axis_rules, named_sharding
+from rlpt.train.checkpoint import Checkpointer, fingerprint
+from rlpt.train.loop import Trainer, setup_mesh, state_shardings
+from rlpt.train.optim import make_optimizer, make_schedule
+from rlpt.train.state import create_state
+from rlpt.train.step import build_train_step
+
+
+def init_head(hidden_size: int, seed: int) -> dict:
+    """A linear head D -> 1: w (D,) ~ N(0, 1/D), b () = 0, float32."""
+    w = jax.random.normal(jax.random.key(seed), (hidden_size,), jnp.float32) / np.sqrt(hidden_size)
+    return {"w": w, "b": jnp.zeros((), jnp.float32)}
+
+
+def head_values(head: dict, hidden: jax.Array) -> jax.Array:
+    """hidden (..., D) -> scalar per position (...) in float32."""
+    return hidden.astype(jnp.float32) @ head["w"] + head["b"]
+
+
+def last_token_scores(params: dict, model_cfg, tokens, positions, segment_ids, last) -> jax.Array:
+    """The head read at index `last` (B,) of each row of tokens (B, T) -> (B,) float32."""
+    hidden, _ = hidden_states(params["lm"], model_cfg, tokens, positions, segment_ids)
+    picked = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]  # (B, D)
+    return head_values(params["head"], picked)
+
+
+def place_params(model: Model, mesh) -> dict:
+    """Backbone params on their rule shardings (call under jax.set_mesh + axis_rules)."""
+    shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(model.config),
+                             model.params, is_leaf=lambda x: isinstance(x, tuple))
+    return jax.device_put(model.params, shardings)
+
+
+def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *, ref: bool = False,
+                      subdir: str = "checkpoints") -> Trainer:
+    """Trainer over params {"lm": model.params, "head": head}; ref=True keeps a frozen copy of the backbone
+    as frozen["ref"]. LoRA is not supported here: the head stages train the whole backbone."""
+    if cfg.lora.rank > 0:
+        raise ValueError(f"lora.rank={cfg.lora.rank}: the reward-model and PPO-RLHF stages train the full model; "
+                         "set lora.rank=0")
+    mesh = setup_mesh(cfg)
+    with jax.set_mesh(mesh), axis_rules(cfg.mesh.rules):
+        lm = place_params(model, mesh)
+        params = {"lm": lm, "head": jax.device_put(head, NamedSharding(mesh, PartitionSpec()))}
+        frozen = {"ref": lm} if ref else {}
+        optimizer = make_optimizer(cfg.optim, cfg.train.steps)
+        shardings = state_shardings(optimizer, params, frozen, mesh)
+        state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
+                        out_shardings=shardings)(params, frozen)
+    step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings)
+    ckpt = None
+    if cfg.train.ckpt_every > 0:
+        fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim), {"head": "scalar"})
+        ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
+                            keep=cfg.train.keep, fingerprint=fp)
+    return Trainer(cfg, mesh, model.config, state, step_fn, lambda p, f: p["lm"], ckpt,
+                   make_schedule(cfg.optim, cfg.train.steps))

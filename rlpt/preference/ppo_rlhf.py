@@ -1,0 +1,179 @@
+"""PPO-RLHF: reward = reward-model score (+ verifier score where a domain has one), KL-in-reward to the frozen
+reference, a value head on the policy's hidden states with GAE, the clipped PPO surrogate and value loss."""
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rlpt.algos import gae_advantages, get_policy_loss, kl_in_reward, masked_whiten, value_loss
+from rlpt.config.schema import Config
+from rlpt.models.transformer import hidden_states, logits_from_hidden
+from rlpt.observe.tensorboard import TBWriter
+from rlpt.parallel import axis_rules
+from rlpt.preference.common import sub_config, warm_start
+from rlpt.preference.heads import head_values, init_head, make_head_trainer
+from rlpt.preference.reward_model import RewardModel, train_reward_model
+from rlpt.rollout.format import prompt_ids, response_text
+from rlpt.rollout.single_turn import rollout, to_rows
+from rlpt.train.loop import Progress, maybe_resume, print_summary, to_float
+
+
+def logps_values(params: dict, model_cfg, batch: dict) -> tuple[jax.Array, jax.Array]:
+    """(log p(target) (B, T), value head V(s_t) (B, T)) from one forward of params {"lm", "head"}; the
+    value head is a probe on the policy's detached hidden states."""
+    hidden, _ = hidden_states(params["lm"], model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    logits = logits_from_hidden(params["lm"], model_cfg, hidden).astype(jnp.float32)
+    picked = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
+    # The value head reads detached features: value-loss gradients (large while the head is fresh) would
+    # otherwise flow into the shared backbone and move the policy.
+    return picked - jax.nn.logsumexp(logits, axis=-1), head_values(params["head"], jax.lax.stop_gradient(hidden))
+
+
+def ppo_loss(pcfg):
+    """loss_fn factory: token-mean of PPO's clipped surrogate + vf_coef * clipped value loss."""
+    surrogate = get_policy_loss("ppo")
+
+    def factory(model_cfg):
+        def loss_fn(params, frozen, batch, rng):
+            del frozen, rng
+            mask = batch["loss_mask"].astype(jnp.float32)
+            logp, values = logps_values(params, model_cfg, batch)
+            pg, pm = surrogate(logp, batch["old_logp"], batch["advantages"], mask, clip_low=pcfg.clip,
+                               clip_high=pcfg.clip)
+            vl, vm = value_loss(values, batch["old_values"], batch["returns"], mask, clip=pcfg.value_clip or None)
+            n = jnp.sum(mask)
+            total = jnp.sum(pg * mask) + pcfg.vf_coef * jnp.sum(vl)
+            metrics = {f"ppo/{k}": v * n for k, v in (pm | vm).items() if jnp.ndim(v) == 0}
+            return total, n, metrics | {"ppo/pg_loss": jnp.sum(pg * mask), "ppo/vf_loss": jnp.sum(vl)}
+        return loss_fn
+    return factory
+
+
+def evaluate_with_rm(model, tok, tasks, rm: RewardModel, max_new_tokens: int) -> dict:
+    """Greedy held-out pass@1 (domain verifiers, as rlpt.eval.heldout) and the mean RM score of the answers."""
+    from rlpt.sampling import generate
+    from rlpt.tasks import get_domain
+
+    prompts = [prompt_ids(tok, t.prompt) for t in tasks]
+    out = generate(model, prompts, max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids))
+    toks, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    responses = [toks[i, :int(lengths[i])].tolist() for i in range(len(tasks))]
+    passed = [get_domain(t.domain).verify(t, response_text(tok, r)).passed for t, r in zip(tasks, responses)]
+    scores = rm.score_ids(prompts, responses)
+    return {"pass1": float(np.mean(passed)), "rm_score": float(np.mean(scores))}
+
+
+def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tuple[dict, dict]:
+    """Rows with old log-probs (the sampler's), old values, KL-in-reward GAE advantages and returns."""
+    rows = to_rows(traj, row_len)
+    responses = [traj.response[r, :int(traj.lengths[r])].tolist() for r in range(len(traj.prompts))]
+    rm_scores = rm.score_ids(traj.prompts, responses)
+    reward = pcfg.rm_weight * rm_scores + pcfg.verifier_weight * traj.rewards  # (R,)
+    with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
+        ref_logp, values = aux_fn(trainer.state.params, trainer.state.frozen, rows)
+    mask = jnp.asarray(rows["loss_mask"])
+    values = values * mask
+    token_r = kl_in_reward(jnp.asarray(reward), jnp.asarray(rows["rollout_logp"]), ref_logp, mask,
+                           pcfg.kl_coef, pcfg.kl_estimator)
+    adv, returns = gae_advantages(token_r, values, mask, pcfg.gamma, pcfg.lam)
+    batch = rows | {"old_logp": rows["rollout_logp"], "advantages": np.asarray(masked_whiten(adv, mask)),
+                    "old_values": np.asarray(values), "returns": np.asarray(returns)}
+    kl = float(jnp.sum((jnp.asarray(rows["rollout_logp"]) - ref_logp) * mask) / jnp.maximum(jnp.sum(mask), 1))
+    return batch, {"rm_score": float(rm_scores.mean()), "verifier_reward": float(traj.rewards.mean()),
+                   "pass_rate": float(traj.passed.mean()), "reward": float(reward.mean()), "kl_ref": kl}
+
+
+def run(cfg: Config) -> dict:
+    """SFT warm start -> reward model (trained here unless pref.rm_path) -> PPO; held-out pass@1 and RM score
+    before and after."""
+    from rlpt.eval.heldout import heldout_tasks
+    from rlpt.tasks.curriculum import build_curriculum
+    from rlpt.train.sft import domain_mixture, get_tokenizer
+
+    t0 = time.time()
+    p, rcfg = cfg.pref, cfg.rl.rollout
+    tok = get_tokenizer(cfg)
+    names, _, tiers = domain_mixture(cfg)
+    eval_tasks = heldout_tasks(names, tiers, p.eval_per_domain, cfg.domains.eval_offset)
+    os.makedirs(cfg.train.out_dir, exist_ok=True)
+    policy = warm_start(cfg)
+    rm_info = {}
+    if p.rm_path:
+        rm = RewardModel.load(p.rm_path)
+    else:
+        rm, rm_info = train_reward_model(cfg, tok, policy, os.path.join(cfg.train.out_dir, "rm"))
+        print(f"[rm] held-out pairwise accuracy = {rm_info['pairwise_accuracy']:.3f}", flush=True)
+    before = evaluate_with_rm(policy, tok, eval_tasks, rm, rcfg.max_new_tokens)
+    print(f"[eval before] pass@1 = {before['pass1']:.3f} rm_score = {before['rm_score']:.3f}", flush=True)
+    out_dir = os.path.join(cfg.train.out_dir, "ppo")
+    scfg = sub_config(cfg, steps=p.ppo_steps * p.ppo_epochs, lr=p.ppo_lr, out_dir=out_dir)
+    trainer = make_head_trainer(scfg, ppo_loss(p), policy, init_head(policy.config.hidden_size, cfg.train.seed + 9),
+                                ref=True)
+    aux_fn = jax.jit(lambda params, frozen, rows: (
+        logps_values({"lm": frozen["ref"], "head": params["head"]}, policy.config, rows)[0],
+        logps_values(params, policy.config, rows)[1]))
+    meta = maybe_resume(trainer)
+    curriculum = build_curriculum(cfg.curriculum, cfg.domains)
+    cstate = curriculum.init_state() if meta is None else _decode(meta["curriculum"])
+    start = int(trainer.state.step) // p.ppo_epochs
+    row_len = rcfg.max_prompt_len + rcfg.max_new_tokens
+    tb = TBWriter(os.path.join(out_dir, "tb")) if jax.process_index() == 0 else None
+    mlog = open(os.path.join(out_dir, "metrics.jsonl"), "a") if tb else None
+    progress = Progress(p.ppo_steps, start, cfg.train.log_every, cfg.train.progress)
+    history = []
+    for step in range(start + 1, p.ppo_steps + 1):
+        tasks = curriculum.tasks(cstate, step, np.random.default_rng([cfg.train.seed, 23, step]),
+                                 rcfg.prompts_per_step)
+        traj = rollout(trainer.model(), tok, tasks, rcfg, seed=cfg.train.seed * 1_000_003 + step, version=step - 1)
+        batch, row = make_batch(trainer, aux_fn, traj, rm, p, row_len)
+        for _ in range(p.ppo_epochs):
+            m = to_float(trainer.step(batch))
+        n = max(m["tokens"], 1.0)
+        row |= {"step": step, "loss": m["loss"], "grad_norm": m["grad_norm"]}
+        row |= {k: v / n for k, v in m.items() if k.startswith("ppo/")}
+        G = rcfg.group_size
+        cstate = curriculum.update(cstate, [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
+                                             float(traj.passed[i * G:(i + 1) * G].mean()))
+                                            for i, t in enumerate(tasks)])
+        history.append(row)
+        if tb:
+            tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
+            mlog.write(json.dumps(row) + "\n")
+        progress.update(step, {k: row[k] for k in ("loss", "rm_score", "pass_rate", "kl_ref")})
+        if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == p.ppo_steps):
+            trainer.checkpointer.save(int(trainer.state.step), trainer.state, {"curriculum": _encode(cstate)},
+                                      force=True)
+    progress.close()
+    if trainer.checkpointer is not None:
+        trainer.checkpointer.close()
+    after = evaluate_with_rm(trainer.model(), tok, eval_tasks, rm, rcfg.max_new_tokens)
+    print(f"[eval after] pass@1 = {after['pass1']:.3f} rm_score = {after['rm_score']:.3f}", flush=True)
+    if tb:
+        tb.close()
+        mlog.close()
+    if cfg.train.export_hf and jax.process_index() == 0:
+        trainer.model().save_pretrained(os.path.join(out_dir, "hf"), tokenizer=tok)
+    summary = {"stage": "ppo_rlhf", "experiment": cfg.experiment_name, "ppo_steps": p.ppo_steps,
+               "pass1_before": before["pass1"], "pass1_after": after["pass1"],
+               "rm_score_before": before["rm_score"], "rm_score_after": after["rm_score"],
+               "rm_weight": p.rm_weight, "verifier_weight": p.verifier_weight, "kl_coef": p.kl_coef,
+               "final_kl_ref": float(np.mean([h["kl_ref"] for h in history[-10:]])) if history else None,
+               "rm_pairwise_accuracy": rm_info.get("pairwise_accuracy"), "rm_path": p.rm_path or rm_info.get("rm_path"),
+               "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),
+               "run_dir": os.path.abspath(cfg.train.out_dir)}
+    print_summary(summary)
+    return summary | {"model": trainer.model(), "history": history, "reward_model": rm}
+
+
+def _encode(state: dict) -> dict:
+    from rlpt.pipeline.rl import encode_state
+    return encode_state(state)
+
+
+def _decode(state: dict) -> dict:
+    from rlpt.pipeline.rl import decode_state
+    return decode_state(state)
+
