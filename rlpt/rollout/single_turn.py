@@ -14,6 +14,10 @@ class Trajectories:
     prompt: list of prompt id lists; response: (R, N) sampled ids; lengths (R,); rollout_logp (R, N) raw
     policy log-probs from the sampler; rewards (R,); passed (R,); group_ids (R,); truncated (R,)
     (hit the token limit without a stop); version: the policy version that generated them.
+    Multi-turn rollouts (rlpt.rollout.multi_turn) also fill: policy_mask (R, N) 1 on tokens the policy
+    sampled, 0 on tool output the environment appended (None: every response token is the policy's);
+    turns (R,) policy turns; tool_calls (R,) tool calls executed; spans: per row (kind, start, end) response
+    slices, kind 'policy' or 'tool'; status: per row how the episode ended.
     """
 
     tasks: list
@@ -29,6 +33,11 @@ class Trajectories:
     gen_s: float
     verify_s: float
     texts: list[str]
+    policy_mask: np.ndarray | None = None
+    turns: np.ndarray | None = None
+    tool_calls: np.ndarray | None = None
+    spans: list | None = None
+    status: list | None = None
 
 
 def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
@@ -78,7 +87,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None)
 
 
 def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
-    """Train rows (R, row_len): prompt + response, loss mask on the response tokens the policy produced."""
+    """Train rows (R, row_len): prompt + response, loss mask on the response tokens the policy produced
+    (with a policy_mask, tool tokens inside the response get loss mask 0 and rollout log-prob 0)."""
     R = len(traj.prompts)
     out = {k: np.zeros((R, row_len), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
     out["loss_mask"] = np.zeros((R, row_len), np.float32)
@@ -95,6 +105,7 @@ def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
         out["positions"][r, :L] = np.arange(L)
         out["segment_ids"][r, :L] = 1
         start = len(p) - 1  # target index of the first generated token
-        out["loss_mask"][r, start:start + n] = 1.0
-        out["rollout_logp"][r, start:start + n] = traj.rollout_logp[r, :n]
+        own = 1.0 if traj.policy_mask is None else traj.policy_mask[r, :n]
+        out["loss_mask"][r, start:start + n] = own
+        out["rollout_logp"][r, start:start + n] = traj.rollout_logp[r, :n] * own
     return out

@@ -1,0 +1,174 @@
+"""The agent stage (`experiment=agent_code_tiny`): a tiny model from scratch learns the tool-call protocol
+from a noisy teacher's demonstrations (SFT cold start), then GRPO on multi-turn episodes in the sandbox.
+
+Episodes run in the CodeAgent environment on rlpt.tasks code domains: the policy writes solution.py with
+`write_file`, runs the hidden tests with `run_tests` and is rewarded by them (1 if they pass). The teacher
+shows that protocol, but with probability rl.sft_noise it writes another task's solution, so the cold-start
+policy often writes a wrong function; RL has to fix that from the tests' reward alone.
+"""
+import concurrent.futures
+import dataclasses
+import functools
+import json
+import os
+import random
+import time
+
+import numpy as np
+
+from rlpt.config.schema import Config, SourceConfig
+from rlpt.pipeline.rl import run_rl
+from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
+from rlpt.train.loop import print_summary
+from rlpt.train.sft import domain_mixture, get_tokenizer
+from rlpt.train.sft import run as run_sft
+
+# Turn limit of an episode (policy turns). The protocol needs 2 (write, test); one more lets the policy
+# retry after failing tests. To become rl.rollout.max_turns when the schema has that field.
+MAX_TURNS = 3
+SOLUTION = "solution.py"
+
+
+def tool_call(name: str, arguments: dict) -> str:
+    """A Hermes-style tool call with compact JSON (fewer tokens for a character-level model)."""
+    body = json.dumps({"name": name, "arguments": arguments}, separators=(",", ":"), ensure_ascii=False)
+    return f"<tool_call>{body}</tool_call>"
+
+
+def compact_source(source: str) -> str:
+    """Python source with one space per indentation level instead of four (same program, fewer tokens)."""
+    lines = []
+    for line in source.splitlines():
+        n = len(line) - len(line.lstrip(" "))
+        lines.append(" " * (n // 4) + line[n:])
+    return "\n".join(lines) + "\n"
+
+
+def make_env_fn(cfg: Config, tok):
+    rcfg = cfg.rl.rollout
+    return functools.partial(default_env, max_turns=MAX_TURNS, time_limit_s=rcfg.episode_timeout_s,
+                             obs_budget=observation_budget(tok, rcfg),
+                             count_tokens=lambda s: len(tok.encode(s)))
+
+
+def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
+    """Train-split tasks of the configured domains and tiers (seeds from the train range)."""
+    from rlpt.tasks import get_domain
+
+    names, _, tiers = domain_mixture(cfg)
+    out = []
+    for i in range(count):
+        name = names[i % len(names)]
+        ts = tiers[name]
+        out.append(get_domain(name).generate(seed_offset + i, ts[(i // len(names)) % len(ts)]))
+    return out
+
+
+def demonstration(make_env, task, content: str) -> list[dict]:
+    """One teacher episode as chat messages; the observations are the real environment's (reset and
+    write_file run in the sandboxed workspace), so SFT sees exactly the tokens RL rollouts will see."""
+    env = make_env(env_task(task))
+    try:
+        obs0, _ = env.reset(seed=0, options={"task": env_task(task)})
+        write = tool_call("write_file", {"path": SOLUTION, "content": content})
+        obs1, _, terminated, _, _ = env.step(write)
+        if terminated:
+            raise RuntimeError(f"task {task.id}: environment ended after write_file")
+    finally:
+        env.close()
+    return [{"role": "user", "content": obs0}, {"role": "assistant", "content": write},
+            {"role": "tool", "content": obs1}, {"role": "assistant", "content": tool_call("run_tests", {})}]
+
+
+def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) -> dict:
+    """`count` demonstrations to a JSONL file; a share `noise` carries another task's solution."""
+    tasks = train_tasks(cfg, count)
+    rng = random.Random(f"agent-demos|{cfg.train.seed}")
+    contents, wrong = [], 0
+    for t in tasks:
+        src = t.meta["answer"]
+        if rng.random() < noise:
+            other = tasks[rng.randrange(count)]
+            wrong += other.meta["answer"] != src
+            src = other.meta["answer"]
+        contents.append(compact_source(src))
+    make_env = make_env_fn(cfg, tok)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        demos = list(pool.map(lambda a: demonstration(make_env, *a), zip(tasks, contents)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for d in demos:
+            f.write(json.dumps({"messages": d}) + "\n")
+    lengths = [len(tok.encode_chat(d)[0]) for d in demos]
+    return {"demos": count, "demos_wrong": wrong, "demo_tokens_max": max(lengths)}
+
+
+def evaluate_agent(model, tok, tasks, rcfg, seed: int) -> dict:
+    """Greedy multi-turn episodes on held-out tasks: pass rate, mean turns and tool calls per episode."""
+    greedy = dataclasses.replace(rcfg, group_size=1, temperature=0.0, top_k=None, top_p=None)
+    traj = rollout(model, tok, tasks, greedy, seed=seed, version=-1, max_turns=MAX_TURNS)
+    return {"pass1": float(traj.passed.mean()), "turns": float(traj.turns.mean()),
+            "tool_calls": float(traj.tool_calls.mean()), "sample": traj.texts[0]}
+
+
+class EpisodeStats:
+    """Observer for run_rl: turns and executed tool calls per episode into each step's metrics row."""
+
+    def __init__(self):
+        self.turns, self.calls, self.statuses = [], [], {}
+
+    def on_step(self, step, traj, row):
+        row["turns_per_episode"] = float(traj.turns.mean())
+        row["tool_calls_per_episode"] = float(traj.tool_calls.mean())
+        self.turns.append(row["turns_per_episode"])
+        self.calls.append(row["tool_calls_per_episode"])
+        for s in traj.status:
+            self.statuses[s] = self.statuses.get(s, 0) + 1
+
+    def close(self) -> dict:
+        return {"turns_per_episode": float(np.mean(self.turns)) if self.turns else 0.0,
+                "tool_calls_per_episode": float(np.mean(self.calls)) if self.calls else 0.0,
+                "episode_status": dict(sorted(self.statuses.items()))}
+
+
+def run(cfg: Config) -> dict:
+    t0 = time.time()
+    tok = get_tokenizer(cfg)
+    out = cfg.train.out_dir
+    rcfg = cfg.rl.rollout
+    demo_path = os.path.join(out, "sft", "demos.jsonl")
+    # data.pool_size: examples generated per procedural pass, here the number of teacher episodes
+    demo_info = write_demonstrations(cfg, tok, demo_path, cfg.data.pool_size, cfg.rl.sft_noise)
+    print(f"[agent] {demo_info['demos']} teacher demonstrations ({demo_info['demos_wrong']} with a wrong "
+          f"solution), longest {demo_info['demo_tokens_max']} tokens", flush=True)
+    sft_cfg = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, sources={"demos": SourceConfig(kind="jsonl", path=demo_path)}),
+        train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps, eval_every=0,
+                                  out_dir=os.path.join(out, "sft")))
+    sft = run_sft(sft_cfg, print_result=False)
+    from rlpt.eval.heldout import heldout_tasks
+
+    names, _, tiers = domain_mixture(cfg)
+    eval_tasks = heldout_tasks(names, tiers, cfg.rl.eval_per_domain, cfg.domains.eval_offset)
+    sft_eval = evaluate_agent(sft["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)
+    print(f"[eval sft] held-out pass@1 {sft_eval['pass1']:.3f}, {sft_eval['turns']:.2f} turns and "
+          f"{sft_eval['tool_calls']:.2f} tool calls per episode", flush=True)
+    stats = EpisodeStats()
+    rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=os.path.join(out, "rl"), observers=[stats],
+                rollout_fn=functools.partial(rollout, max_turns=MAX_TURNS))
+    rl_eval = evaluate_agent(rl["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)
+    print(f"[eval rl]  held-out pass@1 {rl_eval['pass1']:.3f}, {rl_eval['turns']:.2f} turns and "
+          f"{rl_eval['tool_calls']:.2f} tool calls per episode", flush=True)
+    hist = rl["history"]
+    k = max(1, min(5, len(hist) // 4))
+    first = float(np.mean([h["reward_mean"] for h in hist[:k]])) if hist else None
+    last = float(np.mean([h["reward_mean"] for h in hist[-k:]])) if hist else None
+    print(f"[agent] training reward {first:.3f} (first {k} steps) -> {last:.3f} (last {k} steps)", flush=True)
+    summary = {"experiment": cfg.experiment_name, **demo_info, "sft_steps": cfg.rl.sft_steps,
+               "sft_final_loss": sft["final_loss"], "reward_first": first, "reward_last": last,
+               "reward_window": k, "sft_pass1": sft_eval["pass1"], "rl_pass1": rl_eval["pass1"],
+               "eval_tasks": len(eval_tasks), "max_turns": MAX_TURNS, **rl["summary"],
+               "wall_s": round(time.time() - t0, 2), "run_dir": os.path.abspath(out)}
+    print(f"[agent] sample episode after RL:\n{rl_eval['sample']}", flush=True)
+    print_summary(summary)
+    return summary

@@ -1,0 +1,99 @@
+"""The agent stage: teacher demonstrations match the RL token stream, a policy runs multi-turn episodes
+whose tool calls execute in the sandbox (tool tokens out of the loss), and `stage=agent` has a pulse."""
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+
+from rlpt.config import compose
+from rlpt.models import builtin_tokenizer
+from rlpt.pipeline.agent import compact_source, demonstration, make_env_fn, run, tool_call, train_tasks
+from rlpt.rollout.format import observation_ids, prompt_ids
+from rlpt.rollout.multi_turn import rollout
+from rlpt.rollout.single_turn import to_rows
+
+TINY = ["experiment=agent_code_tiny", "rl.sft_steps=2", "rl.steps=2", "data.pool_size=8", "data.batch_size=2",
+        "rl.eval_per_domain=2", "rl.rollout.prompts_per_step=2", "rl.rollout.group_size=2",
+        "model.hidden_size=32", "model.intermediate_size=64", "train.ckpt_every=2", "train.progress=false"]
+
+
+def test_compact_source_keeps_the_program():
+    src = "def f(xs):\n    n = 0\n    for x in xs:\n        if x:\n            n += 1\n    return n\n"
+    short = compact_source(src)
+    assert len(short) < len(src)
+    ns_a, ns_b = {}, {}
+    exec(src, ns_a)
+    exec(short, ns_b)
+    assert ns_a["f"]([1, 0, 2]) == ns_b["f"]([1, 0, 2]) == 2
+
+
+def test_demonstration_is_the_rollout_token_stream():
+    """SFT sees exactly the tokens an RL episode produces: the env's first observation as the prompt, the
+    policy's turns (in the loss), the sandbox's tool turn (out of the loss)."""
+    cfg = compose(["experiment=agent_code_tiny"])
+    tok = builtin_tokenizer()
+    task = train_tasks(cfg, 1)[0]
+    content = compact_source(task.meta["answer"])
+    msgs = demonstration(make_env_fn(cfg, tok), task, content)
+    assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
+    assert msgs[2]["content"] == f'<tool_response name="write_file">\nwrote {len(content)} characters to solution.py' \
+                                 "\n</tool_response>"
+    ids, mask = tok.encode_chat(msgs)
+    call1 = tok.encode(msgs[1]["content"]) + [tok.eos_ids[0]]
+    call2 = tok.encode(tool_call("run_tests", {})) + [tok.eos_ids[0]]
+    p, o = prompt_ids(tok, msgs[0]["content"]), observation_ids(tok, msgs[2]["content"])
+    assert ids == p + call1 + o + call2
+    assert mask == [0] * len(p) + [1] * len(call1) + [0] * len(o) + [1] * len(call2)
+    assert len(p) <= cfg.rl.rollout.max_prompt_len and len(ids) - len(p) <= cfg.rl.rollout.max_new_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_policy_runs_sandboxed_tool_calls_over_turns(tmp_path):
+    """A tiny policy fitted to one task's demonstrations runs the episode itself: write_file, then
+    run_tests, both executed in the sandbox; the tests pass; tool-output tokens carry loss mask 0."""
+    from rlpt.train.sft import run as run_sft
+
+    cfg = compose(["experiment=agent_code_tiny", "rl.rollout.group_size=2", "rl.rollout.temperature=0.0",
+                   "data.batch_size=4", "optim.lr=1e-2", "optim.warmup_steps=0", "rl.sft_steps=120",
+                   "train.ckpt_every=0", "train.progress=false", f"train.out_dir={tmp_path}"])
+    tok = builtin_tokenizer()
+    task = train_tasks(cfg, 2)[1]  # add_k: the shortest solution
+    msgs = demonstration(make_env_fn(cfg, tok), task, compact_source(task.meta["answer"]))
+    path = tmp_path / "demo.jsonl"
+    path.write_text("\n".join(json.dumps({"messages": msgs}) for _ in range(8)) + "\n")
+    from rlpt.config.schema import SourceConfig
+
+    sft_cfg = dataclasses.replace(cfg, data=dataclasses.replace(
+        cfg.data, sources={"d": SourceConfig(kind="jsonl", path=str(path))}),
+        train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps))
+    model = run_sft(sft_cfg, print_result=False)["model"]
+    traj = rollout(model, tok, [task], cfg.rl.rollout, seed=0, version=0, max_turns=3)
+    assert (traj.turns >= 2).all() and (traj.tool_calls >= 2).all(), traj.texts[0]
+    assert traj.status == ["done", "done"] and (traj.rewards == 1.0).all() and traj.passed.all()
+    rows = to_rows(traj, cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens)
+    for r in range(2):
+        start = len(traj.prompts[r]) - 1
+        kinds = [k for k, _, _ in traj.spans[r]]
+        assert kinds == ["policy", "tool", "policy"]
+        _, a, b = traj.spans[r][1]
+        assert tok.decode(traj.response[r, a:b]).startswith("<|tool|><tool_response name=\"write_file\">")
+        assert (rows["loss_mask"][r, start + a:start + b] == 0).all()
+        for _, a, b in (traj.spans[r][0], traj.spans[r][2]):
+            assert (rows["loss_mask"][r, start + a:start + b] == 1).all()
+
+
+@pytest.mark.slow  # ~10 min on the loaded 2-core machine (compiles SFT, sampler and RL steps at 608 tokens)
+def test_agent_stage_pulse(tmp_path, capsys):
+    cfg = compose(TINY + [f"train.out_dir={tmp_path}"])
+    summary = run(cfg)
+    for key in ("reward_first", "reward_last", "tool_calls_per_episode", "turns_per_episode", "sft_pass1",
+                "rl_pass1", "episode_status", "wall_s"):
+        assert key in summary, key
+    assert summary["turns_per_episode"] >= 1 and np.isfinite(summary["reward_last"])
+    assert sum(summary["episode_status"].values()) == 2 * 2 * 2  # steps x prompts x group
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last)["reward_last"] == summary["reward_last"]
+    assert os.listdir(tmp_path / "rl" / "checkpoints") and (tmp_path / "sft" / "demos.jsonl").exists()
