@@ -247,8 +247,10 @@ class PrefConfig:
     verifier_weight: float = 0.0
     kl_coef: float = 0.05  # KL-in-reward to the frozen reference
     kl_estimator: str = "k1"
+    reward_norm: str = "batch"  # ppo_rlhf RM score before mixing: batch (standardised per rollout batch) | none
     clip: float = 0.2
     vf_coef: float = 0.5
+    vf_lr: float = 0.0  # ppo_rlhf value head's own optimizer (own lr and grad clip); 0: shared with the policy
     value_clip: float = 0.2
     gamma: float = 1.0
     lam: float = 0.95

@@ -6,11 +6,12 @@ import time
 
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import evaluate, heldout_tasks
+from rlpt.observe.observers import default_observers
 from rlpt.observe.report import write_report
+from rlpt.pipeline.cold_start import run as cold_start
 from rlpt.pipeline.rl import run_rl
 from rlpt.train.loop import print_summary
 from rlpt.train.sft import domain_mixture, get_tokenizer
-from rlpt.train.sft import run as run_sft
 
 
 def run(cfg: Config) -> dict:
@@ -30,16 +31,19 @@ def run(cfg: Config) -> dict:
 
     base = eval_model(init_model(cfg.model, cfg.train.seed))
     print(f"[eval base] held-out pass@1 on the RL domains = {base['pass1']:.3f}", flush=True)
-    sft = run_sft(sft_cfg, print_result=False)
+    sft_mixture = domain_mixture(sft_cfg)
+    sft = cold_start(sft_cfg, tok, sft_mixture, max_new_tokens=cfg.rl.rollout.max_new_tokens)
     sft_eval = eval_model(sft["model"])
     print(f"[eval sft]  held-out pass@1 on the RL domains = {sft_eval['pass1']:.3f}", flush=True)
-    rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=os.path.join(cfg.train.out_dir, "rl"),
-                evaluate_fn=lambda m: eval_model(m)["pass1"])
+    rl_dir = os.path.join(cfg.train.out_dir, "rl")
+    rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=rl_dir, evaluate_fn=lambda m: eval_model(m)["pass1"],
+                observers=default_observers(cfg, rl_dir))
     rl_eval = eval_model(rl["model"])
     print(f"[eval rl]   held-out pass@1 on the RL domains = {rl_eval['pass1']:.3f}", flush=True)
     summary = {"experiment": cfg.experiment_name, "base_pass1": base["pass1"], "sft_pass1": sft_eval["pass1"],
                "rl_pass1": rl_eval["pass1"], "rl_gain": rl_eval["pass1"] - sft_eval["pass1"],
-               "sft_steps": cfg.rl.sft_steps, "sft_final_loss": sft["final_loss"], **rl["summary"],
+               "sft_steps": sft["steps"], "sft_dev_pass1": {s: p for s, p in sft["dev_curve"]},
+               "sft_final_loss": sft["final_loss"], **rl["summary"],
                "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
     report = write_report(cfg.train.out_dir, title=f"rlpt run: {cfg.experiment_name}", summary=summary,

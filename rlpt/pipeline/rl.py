@@ -3,8 +3,6 @@ import dataclasses
 import json
 import logging
 import os
-import queue
-import threading
 import time
 
 import jax
@@ -13,6 +11,7 @@ import numpy as np
 
 from rlpt.config.schema import Config
 from rlpt.observe.tensorboard import TBWriter
+from rlpt.pipeline.producer import Producer
 from rlpt.rollout.single_turn import rollout, to_rows
 from rlpt.train.loop import Progress, make_trainer, maybe_resume, to_float
 from rlpt.train.losses import rl_loss
@@ -65,71 +64,79 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
     return rows, {"rollout/kept_fraction": kept}
 
 
-class Producer:
-    """Generates and verifies batches; in async mode on a background thread, ahead of the trainer by at
-    most max_staleness policy versions (it waits for the trainer before starting a batch that would be
-    staler)."""
 
-    def __init__(self, cfg: Config, tok, curriculum, cstate, start_step: int, model, asynchronous: bool):
-        self.cfg, self.tok, self.curriculum = cfg, tok, curriculum
-        self.cstate_lock = threading.Lock()
-        self.cstate = cstate
-        self.model, self.version = model, start_step
-        self.cond = threading.Condition()
-        self.next_step = start_step + 1
-        self.asynchronous = asynchronous
-        self.q: queue.Queue = queue.Queue(maxsize=max(cfg.rl.max_staleness, 1))
-        self.error = None
-        if asynchronous:
-            self.thread = threading.Thread(target=self._loop, daemon=True)
-            self.thread.start()
-
-    def publish(self, model, version: int):
-        """Weight sync: the sampler takes the trainer's new params (same mesh: no copy)."""
-        with self.cond:
-            self.model, self.version = model, version
-            self.cond.notify_all()
-
-    def produce(self, step: int):
-        rcfg = self.cfg.rl.rollout
-        with self.cond:
-            if self.asynchronous:
-                # Batch `step` is consumed at trainer version step-1: its policy may lag by max_staleness.
-                self.cond.wait_for(lambda: self.version >= step - 1 - self.cfg.rl.max_staleness)
-            model, version = self.model, self.version
-        rng = np.random.default_rng([self.cfg.train.seed, 11, step])
-        with self.cstate_lock:
-            tasks = self.curriculum.tasks(self.cstate, step, rng, rcfg.prompts_per_step)
-        return rollout(model, self.tok, tasks, rcfg, seed=self.cfg.train.seed * 1_000_003 + step, version=version)
-
-    def _loop(self):
-        try:
-            for step in range(self.next_step, self.cfg.rl.steps + 1):
-                self.q.put((step, self.produce(step)))
-        except BaseException as e:  # noqa: BLE001  (re-raised in the trainer thread)
-            self.error = e
-            self.q.put((None, None))
-
-    def get(self, step: int):
-        if not self.asynchronous:
-            return self.produce(step)
-        got_step, traj = self.q.get()
-        if self.error is not None:
-            raise RuntimeError("rollout producer failed") from self.error
-        assert got_step == step, (got_step, step)
-        return traj
+def restore_history(path: str, start: int) -> list[dict]:
+    """Rows of metrics.jsonl up to step `start`; the file is rewritten without the rows of steps after it
+    (a killed run may have logged steps past its last checkpoint: the resumed run logs them again)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    kept = [r for r in rows if r["step"] <= start]
+    if len(kept) != len(rows):
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(tmp, path)
+    return kept
 
 
-def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None) -> dict:
-    """Train `init_model` with RL; returns summary metrics and per-step history."""
+def generated_tokens(traj) -> int:
+    """Tokens the policy sampled (multi-turn: tool observations inside the response are not counted)."""
+    if traj.policy_mask is None:
+        return int(np.sum(traj.lengths))
+    return int(sum(np.sum(traj.policy_mask[r, :int(n)]) for r, n in enumerate(traj.lengths)))
+
+
+def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) -> dict:
+    """One metrics.jsonl row: rewards, pass rate, loss terms per policy token, staleness (timings added later)."""
+    ntok = max(metrics.pop("policy_tokens"), 1.0)
+    row = {"step": step, "loss": metrics["loss"], "grad_norm": metrics["grad_norm"],
+           "reward_mean": float(traj.rewards.mean()), "reward_std": float(traj.rewards.std()),
+           "pass_rate": float(traj.passed.mean()), "response_len": float(traj.lengths.mean()),
+           "entropy": metrics.pop("entropy_sum") / ntok, "logp_gap": metrics.pop("logp_gap_sum") / ntok,
+           "staleness": (step - 1) - traj.version, "policy_version": traj.version,
+           "tokens_generated": generated_tokens(traj), "tokens_trained": ntok} | bmetrics
+    row |= {k: v / ntok for k, v in metrics.items() if k.startswith("pg/")}
+    for d in sorted({t.domain for t in traj.tasks}):
+        idx = [i for i, t in enumerate(traj.tasks) if t.domain == d]
+        row[f"reward/{d}"] = float(np.concatenate([traj.rewards[i * group_size:(i + 1) * group_size]
+                                                   for i in idx]).mean())
+    return row
+
+
+def curriculum_outcomes(traj, group_size: int) -> list[tuple]:
+    """(domain, tier, seed, group pass rate) per task, for Curriculum.update."""
+    return [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
+             float(traj.passed[i * group_size:(i + 1) * group_size].mean())) for i, t in enumerate(traj.tasks)]
+
+
+def idle_fraction(rows: list[dict]) -> float:
+    """Share of the loop's wall time the trainer spends outside train steps, in steady state: the first row
+    (compilation of the sampler and the train step) is left out when there are others."""
+    rows = rows[1:] if len(rows) > 1 else rows
+    return sum(r["idle_s"] for r in rows) / max(sum(r["step_s"] for r in rows), 1e-9)
+
+
+def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, observers=(), rollout_fn=None) -> dict:
+    """Train `init_model` with RL; returns summary metrics, per-step history, evals, the model, curriculum state.
+
+    observers: objects with on_step(step, traj, row) and close() -> dict (merged into the summary).
+    rollout_fn(model, tok, tasks, rcfg, *, seed, version) -> Trajectories replaces the single-turn rollout
+    (e.g. multi-turn agents). The trainer's idle time is the loop's wall time outside train steps (sync: while
+    generating, verifying and preparing the batch; async: while waiting for the producer; both: checkpointing,
+    logging, observers), evaluation excluded.
+    """
     from rlpt.tasks.curriculum import build_curriculum
 
-    rcfg = rl_config(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=out_dir)))
-    algo = cfg.rl.algo
-    frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 and algo.kl_in == "loss" else None
-    asynchronous = cfg.rl.mode == "async"
     if cfg.rl.mode not in ("sync", "async"):
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
+    asynchronous = cfg.rl.mode == "async"
+    os.makedirs(out_dir, exist_ok=True)
+    rcfg = rl_config(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=out_dir)))
+    algo, G = cfg.rl.algo, cfg.rl.rollout.group_size
+    frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 and algo.kl_in == "loss" else None
+    # Async keeps older policy versions alive for the producer, so their buffers cannot be donated.
     trainer = make_trainer(rcfg, rl_loss(algo), init=init_model, extra_frozen=frozen, donate=not asynchronous)
     curriculum = build_curriculum(cfg.curriculum, cfg.domains)
     cstate = curriculum.init_state()
@@ -139,75 +146,80 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None) -> d
     start = int(trainer.state.step)
     row_len = cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens
     is_main = jax.process_index() == 0
+    mlog_path = os.path.join(out_dir, "metrics.jsonl")
+    history = restore_history(mlog_path, start) if is_main else []
+    n_restored = len(history)
     tb = TBWriter(os.path.join(out_dir, "tb")) if is_main else None
-    mlog = open(os.path.join(out_dir, "metrics.jsonl"), "a") if is_main else None
-    producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), asynchronous)
+    mlog = open(mlog_path, "a") if is_main else None
+    ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
+    producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
+                        lambda traj: make_batch(traj, cfg, row_len), asynchronous=asynchronous, ckpt_every=ckpt_every)
+    n_params = int(sum(np.size(x) for x in jax.tree.leaves(trainer.model().params)))
     progress = Progress(cfg.rl.steps, start, cfg.train.log_every, cfg.train.progress)
-    history, evals = [], {}
-    times = {"generate": 0.0, "verify": 0.0, "train": 0.0, "idle": 0.0}
-    t_loop = time.time()
-    for step in range(start + 1, cfg.rl.steps + 1):
-        t0 = time.time()
-        traj = producer.get(step)
-        waited = time.time() - t0
-        staleness = (step - 1) - traj.version
-        assert 0 <= staleness <= (cfg.rl.max_staleness if asynchronous else 0), (step, traj.version)
-        batch, bmetrics = make_batch(traj, cfg, row_len)
-        t1 = time.time()
-        metrics = to_float(trainer.step(batch))
-        train_s = time.time() - t1
-        producer.publish(trainer.model(), step)
-        with producer.cstate_lock:
-            producer.cstate = curriculum.update(producer.cstate, [
-                (t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]), float(traj.passed[i * cfg.rl.rollout.group_size:
-                                                           (i + 1) * cfg.rl.rollout.group_size].mean()))
-                for i, t in enumerate(traj.tasks)])
-            cstate = producer.cstate
-        times["generate"] += traj.gen_s
-        times["verify"] += traj.verify_s
-        times["train"] += train_s
-        times["idle"] += waited
-        ntok = max(metrics.pop("policy_tokens"), 1.0)
-        row = {"step": step, "loss": metrics["loss"], "grad_norm": metrics["grad_norm"],
-               "reward_mean": float(traj.rewards.mean()), "reward_std": float(traj.rewards.std()),
-               "pass_rate": float(traj.passed.mean()), "response_len": float(traj.lengths.mean()),
-               "entropy": metrics.pop("entropy_sum") / ntok, "logp_gap": metrics.pop("logp_gap_sum") / ntok,
-               "staleness": staleness, "gen_s": traj.gen_s, "verify_s": traj.verify_s, "train_s": train_s,
-               "idle_s": waited} | bmetrics
-        row |= {k: v / ntok for k, v in metrics.items() if k.startswith("pg/")}
-        for d in sorted({t.domain for t in traj.tasks}):
-            idx = [i for i, t in enumerate(traj.tasks) if t.domain == d]
-            r = np.concatenate([traj.rewards[i * cfg.rl.rollout.group_size:(i + 1) * cfg.rl.rollout.group_size]
-                                for i in idx])
-            row[f"reward/{d}"] = float(r.mean())
-        history.append(row)
+    bound = producer.lag
+    evals = {}
+    times = {"generate": 0.0, "verify": 0.0, "train": 0.0, "idle": 0.0, "loop": 0.0}
+    carry = 0.0  # the previous step's logging and observer time: the trainer is idle then too
+    try:
+        for step in range(start + 1, cfg.rl.steps + 1):
+            t0 = time.time()
+            traj, batch, bmetrics = producer.get(step)
+            staleness = (step - 1) - traj.version
+            if not 0 <= staleness <= bound:
+                raise AssertionError(f"step {step}: batch from policy version {traj.version} has staleness "
+                                     f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
+            t1 = time.time()
+            metrics = to_float(trainer.step(batch))
+            train_s = time.time() - t1
+            cstate = curriculum.update(cstate, curriculum_outcomes(traj, G))
+            producer.publish(step, trainer.model(), cstate)
+            row = step_row(step, traj, metrics, bmetrics, G)
+            ck = trainer.checkpointer
+            if ck is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.rl.steps):
+                ck.save(step, trainer.state, {"curriculum": encode_state(cstate)}, force=True)
+            step_s = time.time() - t0 + carry
+            row |= {"gen_s": traj.gen_s, "verify_s": traj.verify_s, "train_s": train_s,
+                    "idle_s": step_s - train_s, "step_s": step_s}
+            for k, v in (("generate", traj.gen_s), ("verify", traj.verify_s), ("train", train_s),
+                         ("idle", step_s - train_s), ("loop", step_s)):
+                times[k] += v
+            history.append(row)
+            t_tail = time.time()
+            for obs in observers:
+                obs.on_step(step, traj, row)
+            if tb:
+                tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
+                tb.histogram("reward/hist", traj.rewards, step)
+                if step % max(cfg.train.log_every, 1) == 0:
+                    tb.text("samples", f"{traj.tasks[0].prompt!r} -> {traj.texts[0]!r} (reward {traj.rewards[0]})",
+                            step)
+            if mlog:
+                mlog.write(json.dumps(row) + "\n")
+                mlog.flush()
+            progress.update(step, {k: row[k] for k in ("loss", "reward_mean", "pass_rate")})
+            carry = time.time() - t_tail
+            if evaluate_fn is not None and cfg.rl.eval_every > 0 and step % cfg.rl.eval_every == 0 \
+                    and step != cfg.rl.steps:
+                evals[step] = evaluate_fn(trainer.model())
+    finally:  # also on an error: stop the producer thread and finish pending checkpoint writes
+        producer.close()
+        progress.close()
+        if trainer.checkpointer is not None:
+            trainer.checkpointer.close()
         if tb:
-            tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
-            tb.histogram("reward/hist", traj.rewards, step)
-            if step % max(cfg.train.log_every, 1) == 0:
-                tb.text("samples", f"{traj.tasks[0].prompt!r} -> {traj.texts[0]!r} (reward {traj.rewards[0]})", step)
-        if mlog:
-            mlog.write(json.dumps(row) + "\n")
-            mlog.flush()
-        progress.update(step, {k: row[k] for k in ("loss", "reward_mean", "pass_rate")})
-        ck = trainer.checkpointer
-        if ck is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.rl.steps):
-            ck.save(step, trainer.state, {"curriculum": encode_state(cstate)}, force=True)
-        if evaluate_fn is not None and cfg.rl.eval_every > 0 and step % cfg.rl.eval_every == 0 \
-                and step != cfg.rl.steps:
-            evals[step] = evaluate_fn(trainer.model())
-    progress.close()
-    if trainer.checkpointer is not None:
-        trainer.checkpointer.close()
-    if tb:
-        tb.close()
-        mlog.close()
-    wall = time.time() - t_loop
+            tb.close()
+            mlog.close()
     n = max(cfg.rl.steps - start, 1)
-    summary = {"rl_steps": cfg.rl.steps, "rl_mode": cfg.rl.mode, "rl_wall_s": round(wall, 2),
-               "trainer_idle_fraction": times["idle"] / max(wall, 1e-9),
+    summary = {"rl_steps": cfg.rl.steps, "rl_mode": cfg.rl.mode, "rl_wall_s": round(times["loop"], 2),
+               "trainer_idle_fraction": idle_fraction(history[n_restored:]),
                "time_split_s": {k: round(v, 2) for k, v in times.items()},
-               "s_per_step": wall / n, "max_staleness_seen": max((h["staleness"] for h in history), default=0),
+               "s_per_step": times["loop"] / n, "max_staleness": bound,
+               "max_staleness_seen": max((h["staleness"] for h in history), default=0),
+               "tokens_generated": int(sum(h.get("tokens_generated", 0) for h in history)),
+               "tokens_trained": float(sum(h.get("tokens_trained", 0.0) for h in history)),
+               "n_params": n_params,
                "final_reward": float(np.mean([h["reward_mean"] for h in history[-10:]])) if history else None}
+    for obs in observers:
+        summary |= obs.close()
     return {"summary": summary, "history": history, "evals": evals, "model": trainer.model(),
             "curriculum_state": cstate}
