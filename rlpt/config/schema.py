@@ -144,6 +144,7 @@ class RolloutConfig:
     top_k: int | None = None
     max_prompt_len: int = 64
     episode_timeout_s: float = 60.0
+    max_turns: int = 3  # multi-turn agents: policy turns per episode (each may call a tool)
 
 
 @dataclasses.dataclass

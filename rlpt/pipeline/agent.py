@@ -23,9 +23,6 @@ from rlpt.train.loop import print_summary
 from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.sft import run as run_sft
 
-# Turn limit of an episode (policy turns). The protocol needs 2 (write, test); one more lets the policy
-# retry after failing tests. To become rl.rollout.max_turns when the schema has that field.
-MAX_TURNS = 3
 SOLUTION = "solution.py"
 
 
@@ -46,7 +43,7 @@ def compact_source(source: str) -> str:
 
 def make_env_fn(cfg: Config, tok):
     rcfg = cfg.rl.rollout
-    return functools.partial(default_env, max_turns=MAX_TURNS, time_limit_s=rcfg.episode_timeout_s,
+    return functools.partial(default_env, max_turns=rcfg.max_turns, time_limit_s=rcfg.episode_timeout_s,
                              obs_budget=observation_budget(tok, rcfg),
                              count_tokens=lambda s: len(tok.encode(s)))
 
@@ -106,7 +103,7 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
 def evaluate_agent(model, tok, tasks, rcfg, seed: int) -> dict:
     """Greedy multi-turn episodes on held-out tasks: pass rate, mean turns and tool calls per episode."""
     greedy = dataclasses.replace(rcfg, group_size=1, temperature=0.0, top_k=None, top_p=None)
-    traj = rollout(model, tok, tasks, greedy, seed=seed, version=-1, max_turns=MAX_TURNS)
+    traj = rollout(model, tok, tasks, greedy, seed=seed, version=-1, max_turns=rcfg.max_turns)
     return {"pass1": float(traj.passed.mean()), "turns": float(traj.turns.mean()),
             "tool_calls": float(traj.tool_calls.mean()), "sample": traj.texts[0]}
 
@@ -155,7 +152,7 @@ def run(cfg: Config) -> dict:
           f"{sft_eval['tool_calls']:.2f} tool calls per episode", flush=True)
     stats = EpisodeStats()
     rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=os.path.join(out, "rl"), observers=[stats],
-                rollout_fn=functools.partial(rollout, max_turns=MAX_TURNS))
+                rollout_fn=functools.partial(rollout, max_turns=cfg.rl.rollout.max_turns))
     rl_eval = evaluate_agent(rl["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)
     print(f"[eval rl]  held-out pass@1 {rl_eval['pass1']:.3f}, {rl_eval['turns']:.2f} turns and "
           f"{rl_eval['tool_calls']:.2f} tool calls per episode", flush=True)
@@ -167,7 +164,7 @@ def run(cfg: Config) -> dict:
     summary = {"experiment": cfg.experiment_name, **demo_info, "sft_steps": cfg.rl.sft_steps,
                "sft_final_loss": sft["final_loss"], "reward_first": first, "reward_last": last,
                "reward_window": k, "sft_pass1": sft_eval["pass1"], "rl_pass1": rl_eval["pass1"],
-               "eval_tasks": len(eval_tasks), "max_turns": MAX_TURNS, **rl["summary"],
+               "eval_tasks": len(eval_tasks), "max_turns": cfg.rl.rollout.max_turns, **rl["summary"],
                "wall_s": round(time.time() - t0, 2), "run_dir": os.path.abspath(out)}
     print(f"[agent] sample episode after RL:\n{rl_eval['sample']}", flush=True)
     print_summary(summary)
