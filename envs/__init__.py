@@ -7,6 +7,7 @@ ENV_IDS = {
     "rlpt/CodeAgent-v0": "envs.code_agent:CodeAgentEnv",
     "rlpt/ShellAgent-v0": "envs.shell_agent:ShellAgentEnv",
     "rlpt/ToolUse-v0": "envs.tool_use:ToolUseEnv",
+    "rlpt/Bfcl-v0": "envs.bfcl_env:BfclEnv",
 }
 
 for _id, _entry in ENV_IDS.items():

@@ -2,6 +2,7 @@
 
 import asyncio
 import dataclasses
+import importlib.util
 import shutil
 import time
 import warnings
@@ -39,6 +40,8 @@ class EchoDomain:
 def test_env_checker_passes(env_id):
     if env_id in ("rlpt/CodeAgent-v0", "rlpt/ShellAgent-v0") and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
+    if env_id == "rlpt/Bfcl-v0" and importlib.util.find_spec("bfcl_eval") is None:
+        pytest.skip("bfcl_eval missing: pip install --no-deps bfcl-eval==2026.3.23")
     env = gym.make(env_id)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # any checker warning fails the test

@@ -1,5 +1,5 @@
 """Eval suites by name: shipped offline benchmarks (humaneval, bfcl, arc, gsm_symbolic) and procedural ones."""
-from rlpt.eval.suites import arc, bfcl, gsm_symbolic, humaneval  # noqa: F401  (register the shipped suites)
+from rlpt.eval.suites import arc, bfcl, bfcl_env, gsm_symbolic, humaneval  # noqa: F401  (register the shipped suites)
 from rlpt.eval.suites.base import SUITES, LoadArgs, Suite, register_suite
 from rlpt.eval.suites.procedural import domain_groups, procedural_suite
 
