@@ -31,7 +31,9 @@ def _manual_sums(params, cfg, arrays, prefix):
     return np.asarray(jnp.sum(token_logprobs(params, cfg, rows) * arrays[prefix + "mask"], -1))
 
 
-@pytest.mark.parametrize("loss", ["sigmoid", "ipo", "robust", "hinge", "simpo", "orpo", "kto"])
+# Losses whose formulas only differ inside the registry function (parity-tested in tests/algos) run with `-m slow`.
+@pytest.mark.parametrize("loss", ["sigmoid", "simpo", "kto"] + [pytest.param(name, marks=pytest.mark.slow)
+                                                             for name in ("ipo", "robust", "hinge", "orpo")])
 def test_stage_loss_equals_registry_loss_on_hand_sums(loss):
     cfg = compose(SMALL + [f"pref.loss={loss}", "pref.beta=0.3"])
     ref_model, policy = init_model(cfg.model, 0), init_model(cfg.model, 1)
