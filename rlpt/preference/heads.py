@@ -9,6 +9,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from rlpt.config.schema import Config
@@ -47,10 +48,42 @@ def place_params(model: Model, mesh) -> dict:
     return jax.device_put(model.params, shardings)
 
 
+def head_optimizer(cfg: Config, head_lr: float | None) -> optax.GradientTransformation:
+    """cfg.optim for {"lm", "head"}; with head_lr the head is trained as a PPO critic with its own optimizer
+    (OpenRLHF / verl): its own global-norm clip (a large early value loss cannot shrink the backbone's
+    clipped policy gradient) and learning rate head_lr. One optimizer state shaped like the params."""
+    if head_lr is None:
+        return make_optimizer(cfg.optim, cfg.train.steps)
+    if head_lr <= 0:
+        raise ValueError(f"head_lr={head_lr}: the value head's learning rate must be > 0 (pref.vf_lr)")
+    base = make_optimizer(dataclasses.replace(cfg.optim, clip_norm=0.0), cfg.train.steps)
+    ratio = head_lr / cfg.optim.lr
+
+    def clip_groups(updates, state, params=None):
+        del params
+        if cfg.optim.clip_norm > 0:
+            updates = {k: _clip(v, cfg.optim.clip_norm) for k, v in updates.items()}
+        return updates, state
+
+    def scale_head(updates, state, params=None):
+        del params
+        return updates | {"head": jax.tree.map(lambda u: u * ratio, updates["head"])}, state
+
+    init = lambda params: optax.EmptyState()  # noqa: E731
+    return optax.chain(optax.GradientTransformation(init, clip_groups), base,
+                       optax.GradientTransformation(init, scale_head))
+
+
+def _clip(tree, max_norm: float):
+    norm = optax.global_norm(tree)
+    return jax.tree.map(lambda g: g * jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-12)).astype(g.dtype), tree)
+
+
 def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *, ref: bool = False,
-                      subdir: str = "checkpoints") -> Trainer:
+                      subdir: str = "checkpoints", head_lr: float | None = None) -> Trainer:
     """Trainer over params {"lm": model.params, "head": head}; ref=True keeps a frozen copy of the backbone
-    as frozen["ref"]. LoRA is not supported here: the head stages train the whole backbone."""
+    as frozen["ref"]; head_lr gives the head its own optimizer (see head_optimizer). LoRA is not supported
+    here: the head stages train the whole backbone."""
     if cfg.lora.rank > 0:
         raise ValueError(f"lora.rank={cfg.lora.rank}: the reward-model and PPO-RLHF stages train the full model; "
                          "set lora.rank=0")
@@ -59,14 +92,15 @@ def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *,
         lm = place_params(model, mesh)
         params = {"lm": lm, "head": jax.device_put(head, NamedSharding(mesh, PartitionSpec()))}
         frozen = {"ref": lm} if ref else {}
-        optimizer = make_optimizer(cfg.optim, cfg.train.steps)
+        optimizer = head_optimizer(cfg, head_lr)
         shardings = state_shardings(optimizer, params, frozen, mesh)
         state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
                         out_shardings=shardings)(params, frozen)
     step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings)
     ckpt = None
     if cfg.train.ckpt_every > 0:
-        fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim), {"head": "scalar"})
+        fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
+                         {"head": "scalar"} | ({"head_lr": head_lr} if head_lr else {}))
         ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
                             keep=cfg.train.keep, fingerprint=fp)
     return Trainer(cfg, mesh, model.config, state, step_fn, lambda p, f: p["lm"], ckpt,

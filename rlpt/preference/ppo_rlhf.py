@@ -66,12 +66,23 @@ def evaluate_with_rm(model, tok, tasks, rm: RewardModel, max_new_tokens: int) ->
     return {"pass1": float(np.mean(passed)), "rm_score": float(np.mean(scores))}
 
 
+def normalize_rm(scores: np.ndarray, mode: str, eps: float = 1e-6) -> np.ndarray:
+    """RM scores (R,) -> the reward's RM term. batch: standardised over the rollout batch (OpenRLHF's
+    normalize_reward, per batch): Bradley-Terry logits have an arbitrary offset and scale (std ~8 on the tiny
+    RM), which would swamp the verifier's 0/1 score and give the value head targets far from its init."""
+    if mode == "none":
+        return scores
+    if mode == "batch":
+        return (scores - scores.mean()) / (scores.std() + eps)
+    raise ValueError(f"pref.reward_norm={mode!r}; expected batch or none")
+
+
 def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tuple[dict, dict]:
     """Rows with old log-probs (the sampler's), old values, KL-in-reward GAE advantages and returns."""
     rows = to_rows(traj, row_len)
     responses = [traj.response[r, :int(traj.lengths[r])].tolist() for r in range(len(traj.prompts))]
     rm_scores = rm.score_ids(traj.prompts, responses)
-    reward = pcfg.rm_weight * rm_scores + pcfg.verifier_weight * traj.rewards  # (R,)
+    reward = pcfg.rm_weight * normalize_rm(rm_scores, pcfg.reward_norm) + pcfg.verifier_weight * traj.rewards  # (R,)
     with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
         ref_logp, values = aux_fn(trainer.state.params, trainer.state.frozen, rows)
     mask = jnp.asarray(rows["loss_mask"])
@@ -82,7 +93,8 @@ def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tu
     batch = rows | {"old_logp": rows["rollout_logp"], "advantages": np.asarray(masked_whiten(adv, mask)),
                     "old_values": np.asarray(values), "returns": np.asarray(returns)}
     kl = float(jnp.sum((jnp.asarray(rows["rollout_logp"]) - ref_logp) * mask) / jnp.maximum(jnp.sum(mask), 1))
-    return batch, {"rm_score": float(rm_scores.mean()), "verifier_reward": float(traj.rewards.mean()),
+    return batch, {"rm_score": float(rm_scores.mean()), "rm_score_std": float(rm_scores.std()),
+                   "verifier_reward": float(traj.rewards.mean()),
                    "pass_rate": float(traj.passed.mean()), "reward": float(reward.mean()), "kl_ref": kl}
 
 
@@ -111,7 +123,7 @@ def run(cfg: Config) -> dict:
     out_dir = os.path.join(cfg.train.out_dir, "ppo")
     scfg = sub_config(cfg, steps=p.ppo_steps * p.ppo_epochs, lr=p.ppo_lr, out_dir=out_dir)
     trainer = make_head_trainer(scfg, ppo_loss(p), policy, init_head(policy.config.hidden_size, cfg.train.seed + 9),
-                                ref=True)
+                                ref=True, head_lr=p.vf_lr or None)
     aux_fn = jax.jit(lambda params, frozen, rows: (
         logps_values({"lm": frozen["ref"], "head": params["head"]}, policy.config, rows)[0],
         logps_values(params, policy.config, rows)[1]))
@@ -160,6 +172,7 @@ def run(cfg: Config) -> dict:
                "pass1_before": before["pass1"], "pass1_after": after["pass1"],
                "rm_score_before": before["rm_score"], "rm_score_after": after["rm_score"],
                "rm_weight": p.rm_weight, "verifier_weight": p.verifier_weight, "kl_coef": p.kl_coef,
+               "reward_norm": p.reward_norm, "vf_lr": p.vf_lr,
                "final_kl_ref": float(np.mean([h["kl_ref"] for h in history[-10:]])) if history else None,
                "rm_pairwise_accuracy": rm_info.get("pairwise_accuracy"), "rm_path": p.rm_path or rm_info.get("rm_path"),
                "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),

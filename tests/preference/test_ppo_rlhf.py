@@ -5,11 +5,12 @@ import types
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlpt.config import compose
 from rlpt.models import builtin_tokenizer, init_model
-from rlpt.preference.heads import init_head
-from rlpt.preference.ppo_rlhf import make_batch
+from rlpt.preference.heads import head_optimizer, init_head
+from rlpt.preference.ppo_rlhf import make_batch, normalize_rm
 from rlpt.preference.reward_model import RewardModel
 from rlpt.rollout.single_turn import Trajectories
 from rlpt.train.loop import setup_mesh
@@ -27,7 +28,8 @@ def _traj():
 
 
 def test_rewards_mix_rm_and_verifier_and_kl_enters_returns():
-    cfg = compose(SMALL + ["pref.rm_weight=2.0", "pref.verifier_weight=1.0", "pref.kl_coef=0.5", "pref.lam=1.0"])
+    cfg = compose(SMALL + ["pref.rm_weight=2.0", "pref.verifier_weight=1.0", "pref.kl_coef=0.5", "pref.lam=1.0",
+                           "pref.reward_norm=none"])
     rm = types.SimpleNamespace(score_ids=lambda prompts, responses: np.array([0.25, -1.0], np.float32))
     ref_shift = 0.1  # the reference gives every sampled token log-prob 0.1 lower: k1 KL = 0.1 per token
 
@@ -68,3 +70,27 @@ def test_ppo_rlhf_pulse_from_saved_rm(tmp_path, capsys):
     assert all(np.isfinite(h["loss"]) and "ppo/vf_clip_frac" in h for h in out["history"])
     assert (tmp_path / "run" / "ppo" / "checkpoints").is_dir()
     assert len((tmp_path / "run" / "ppo" / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_rm_scores_are_standardised_per_batch_before_the_verifier_is_added():
+    s = np.array([14.0, -6.0, 4.0, 12.0], np.float32)
+    z = normalize_rm(s, "batch")
+    np.testing.assert_allclose([z.mean(), z.std()], [0.0, 1.0], atol=1e-5)
+    assert np.argsort(z).tolist() == np.argsort(s).tolist()
+    np.testing.assert_array_equal(normalize_rm(s, "none"), s)
+    with pytest.raises(ValueError, match="pref.reward_norm"):
+        normalize_rm(s, "running")
+
+
+def test_value_head_has_its_own_clip_and_learning_rate():
+    cfg = compose(SMALL + ["optim.name=sgd", "optim.lr=0.1", "optim.clip_norm=1.0", "optim.warmup_steps=0",
+                           "optim.schedule=constant"])
+    params = {"lm": {"w": jnp.zeros(2)}, "head": {"w": jnp.zeros(2), "b": jnp.zeros(())}}
+    grads = {"lm": {"w": jnp.array([0.3, 0.4])}, "head": {"w": jnp.array([300.0, 400.0]), "b": jnp.zeros(())}}
+    shared = head_optimizer(cfg, None)
+    up, _ = shared.update(grads, shared.init(params), params)
+    assert float(jnp.linalg.norm(up["lm"]["w"])) < 2e-4  # one global clip: the head's norm (500) shrinks the lm step
+    split = head_optimizer(cfg, 0.5)
+    up, _ = split.update(grads, split.init(params), params)
+    np.testing.assert_allclose(up["lm"]["w"], [-0.03, -0.04], rtol=1e-5)  # lm grad (norm 0.5) is not clipped
+    np.testing.assert_allclose(up["head"]["w"], [-0.3, -0.4], rtol=1e-5)  # head: clipped to norm 1, lr 0.5
