@@ -13,7 +13,7 @@ import io
 import json
 import re
 
-from rlpt.rewards.guard import final_answer
+from rlpt.rewards.guard import MAX_RESPONSE_CHARS, final_answer
 from rlpt.rewards.isolated import run_isolated
 from rlpt.rewards.verdict import Verdict
 from rlpt.tasks.base import EVAL_SEED_START, MAX_ATTEMPTS, Domain
@@ -210,6 +210,8 @@ def _make_fns(name: str, tier_levels: dict):
             return None, {}  # problem"): a failed draw is re-drawn, it must not take the registry down
         gold = _gold(item)
         if gold is None or not gold.strip() or (reject is not None and reject(item)):
+            return None, {}
+        if len(gold) > MAX_RESPONSE_CHARS // 2:  # e.g. tower_of_hanoi with 13 disks: a reply the guard refuses
             return None, {}
         entry = {"question": item["question"], "answer": item["answer"], "metadata": item.get("metadata", {})}
         meta = {"answer": gold, "rg_entry": entry, "rg_level": level}
