@@ -5,14 +5,12 @@ with the end-of-turn id when finished). Sampled responses keep the sampler's tok
 """
 import dataclasses
 import functools
-import json
-import os
 import random
 
 import numpy as np
 
 from rlpt.rollout.format import completion_ids, prompt_ids
-from rlpt.train.data import DataError
+from rlpt.train.data import DataError, jsonl_records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,18 +68,7 @@ def parse_pair(rec, tok, where: str) -> PrefPair:
 
 def read_pairs(path: str, tok) -> list[PrefPair]:
     """All pairs of a JSONL file; errors name the file and line."""
-    if not os.path.exists(path):
-        raise DataError(f"{path}: preference JSONL file not found")
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from e
-            out.append(parse_pair(rec, tok, f"{path}:{lineno}"))
+    out = [parse_pair(rec, tok, where) for where, rec in jsonl_records(path, "preference JSONL")]
     if not out:
         raise DataError(f"{path}: no preference pairs")
     return out

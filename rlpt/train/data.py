@@ -22,34 +22,39 @@ def _rng(*keys: int) -> random.Random:
     return random.Random(hash(tuple(int(k) for k in keys)))
 
 
-def read_jsonl(path: str, tok) -> list[tuple[list[int], list[int], int]]:
-    """(ids, completion mask, difficulty) per line: {"prompt", "completion"} or {"messages": [...]}."""
+def jsonl_records(path: str, what: str = "JSONL"):
+    """Yield ("file:line", record) for each non-blank line; a missing file or invalid JSON raises DataError."""
     if not os.path.exists(path):
-        raise DataError(f"{path}: JSONL file not found")
-    out = []
+        raise DataError(f"{path}: {what} file not found")
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                yield f"{path}:{lineno}", json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from e
-            if not isinstance(rec, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            if "messages" in rec:
-                try:
-                    ids, mask = tok.encode_chat(rec["messages"])
-                except (TypeError, ValueError, KeyError) as e:
-                    raise DataError(f"{path}:{lineno}: bad 'messages' ({e})") from e
-            elif isinstance(rec.get("prompt"), str) and isinstance(rec.get("completion"), str):
-                p, c = prompt_ids(tok, rec["prompt"]), completion_ids(tok, rec["completion"])
-                ids, mask = p + c, [0] * len(p) + [1] * len(c)
-            else:
-                raise DataError(f"{path}:{lineno}: needs string 'prompt' and 'completion', or 'messages'")
-            if sum(mask) == 0:
-                raise DataError(f"{path}:{lineno}: no assistant tokens to train on")
-            out.append((ids, mask, int(rec.get("difficulty", 0))))
+
+
+def read_jsonl(path: str, tok) -> list[tuple[list[int], list[int], int]]:
+    """(ids, completion mask, difficulty) per line: {"prompt", "completion"} or {"messages": [...]}."""
+    out = []
+    for where, rec in jsonl_records(path):
+        if not isinstance(rec, dict):
+            raise DataError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        if "messages" in rec:
+            try:
+                ids, mask = tok.encode_chat(rec["messages"])
+            except (TypeError, ValueError, KeyError) as e:
+                raise DataError(f"{where}: bad 'messages' ({e})") from e
+        elif isinstance(rec.get("prompt"), str) and isinstance(rec.get("completion"), str):
+            p, c = prompt_ids(tok, rec["prompt"]), completion_ids(tok, rec["completion"])
+            ids, mask = p + c, [0] * len(p) + [1] * len(c)
+        else:
+            raise DataError(f"{where}: needs string 'prompt' and 'completion', or 'messages'")
+        if sum(mask) == 0:
+            raise DataError(f"{where}: no assistant tokens to train on")
+        out.append((ids, mask, int(rec.get("difficulty", 0))))
     if not out:
         raise DataError(f"{path}: no examples")
     return out
