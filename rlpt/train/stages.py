@@ -1,7 +1,19 @@
-"""Stage registry: `stage=<name>` in the config picks the run function."""
+"""Stage registry: `stage=<name>` in the config picks the run function.
+
+Stages are named by module path and imported on use, so `python -m rlpt.train` loads only the chosen stage;
+`register_stage(name)` adds a callable (e.g. from a notebook or a plugin) under a new name.
+"""
+import importlib
 from collections.abc import Callable
 
-STAGES: dict[str, Callable] = {}
+STAGES: dict[str, str | Callable] = {
+    "sft": "rlpt.train.sft",
+    "quickstart": "rlpt.pipeline.quickstart",
+    "dpo": "rlpt.preference.dpo",
+    "rm": "rlpt.preference.reward_model",
+    "ppo_rlhf": "rlpt.preference.ppo_rlhf",
+    "agent": "rlpt.pipeline.agent",
+}
 
 
 def register_stage(name: str):
@@ -11,43 +23,9 @@ def register_stage(name: str):
     return wrap
 
 
-@register_stage("sft")
-def _sft(cfg):
-    from rlpt.train.sft import run
-    return run(cfg)
-
-
-@register_stage("quickstart")
-def _quickstart(cfg):
-    from rlpt.pipeline.quickstart import run
-    return run(cfg)
-
-
-@register_stage("dpo")
-def _dpo(cfg):
-    from rlpt.preference.dpo import run
-    return run(cfg)
-
-
-@register_stage("rm")
-def _rm(cfg):
-    from rlpt.preference.reward_model import run
-    return run(cfg)
-
-
-@register_stage("ppo_rlhf")
-def _ppo_rlhf(cfg):
-    from rlpt.preference.ppo_rlhf import run
-    return run(cfg)
-
-
-@register_stage("agent")
-def _agent(cfg):
-    from rlpt.pipeline.agent import run
-    return run(cfg)
-
-
 def run_stage(cfg):
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
-    return STAGES[cfg.stage](cfg)
+    target = STAGES[cfg.stage]
+    run = importlib.import_module(target).run if isinstance(target, str) else target
+    return run(cfg)

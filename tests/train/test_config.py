@@ -44,3 +44,12 @@ def test_wrong_type_fails_naming_it():
 def test_bad_value_in_schema_post_init():
     with pytest.raises(ValueError, match="model.family"):
         compose(["model.family=gpt2"])
+
+
+def test_every_stage_resolves_to_a_run_function():
+    import importlib
+
+    from rlpt.train.stages import STAGES
+
+    for name, target in STAGES.items():
+        assert callable(importlib.import_module(target).run), name
