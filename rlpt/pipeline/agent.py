@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from rlpt.config.schema import Config, SourceConfig
+from rlpt.observe.observers import default_observers
 from rlpt.pipeline.rl import run_rl
 from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
 from rlpt.train.loop import print_summary
@@ -151,7 +152,8 @@ def run(cfg: Config) -> dict:
     print(f"[eval sft] held-out pass@1 {sft_eval['pass1']:.3f}, {sft_eval['turns']:.2f} turns and "
           f"{sft_eval['tool_calls']:.2f} tool calls per episode", flush=True)
     stats = EpisodeStats()
-    rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=os.path.join(out, "rl"), observers=[stats],
+    rl_dir = os.path.join(out, "rl")
+    rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=rl_dir, observers=[stats, *default_observers(cfg, rl_dir)],
                 rollout_fn=functools.partial(rollout, max_turns=cfg.rl.rollout.max_turns))
     rl_eval = evaluate_agent(rl["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)
     print(f"[eval rl]  held-out pass@1 {rl_eval['pass1']:.3f}, {rl_eval['turns']:.2f} turns and "

@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.config.schema import Config
-from rlpt.observe.tensorboard import TBWriter
+from rlpt.observe.observers import default_observers
+from rlpt.observe.tags import task_outcomes
 from rlpt.pipeline.producer import Producer
 from rlpt.rollout.single_turn import rollout, to_rows
 from rlpt.train.loop import Progress, make_trainer, maybe_resume, to_float
@@ -105,12 +106,6 @@ def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) ->
     return row
 
 
-def curriculum_outcomes(traj, group_size: int) -> list[tuple]:
-    """(domain, tier, seed, group pass rate) per task, for Curriculum.update."""
-    return [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
-             float(traj.passed[i * group_size:(i + 1) * group_size].mean())) for i, t in enumerate(traj.tasks)]
-
-
 def idle_fraction(rows: list[dict]) -> float:
     """Share of the loop's wall time the trainer spends outside train steps, in steady state: the first row
     (compilation of the sampler and the train step) is left out when there are others."""
@@ -118,10 +113,11 @@ def idle_fraction(rows: list[dict]) -> float:
     return sum(r["idle_s"] for r in rows) / max(sum(r["step_s"] for r in rows), 1e-9)
 
 
-def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, observers=(), rollout_fn=None) -> dict:
+def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, observers=None, rollout_fn=None) -> dict:
     """Train `init_model` with RL; returns summary metrics, per-step history, evals, the model, curriculum state.
 
-    observers: objects with on_step(step, traj, row) and close() -> dict (merged into the summary).
+    observers: objects with on_step(step, traj, row) and close() -> dict (merged into the summary); None: the
+    ones cfg.observe enables (TensorBoard, drift, trajectory and failure logs; rlpt.observe.default_observers).
     rollout_fn(model, tok, tasks, rcfg, *, seed, version) -> Trajectories replaces the single-turn rollout
     (e.g. multi-turn agents). The trainer's idle time is the loop's wall time outside train steps (sync: while
     generating, verifying and preparing the batch; async: while waiting for the producer; both: checkpointing,
@@ -149,7 +145,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     mlog_path = os.path.join(out_dir, "metrics.jsonl")
     history = restore_history(mlog_path, start) if is_main else []
     n_restored = len(history)
-    tb = TBWriter(os.path.join(out_dir, "tb")) if is_main else None
+    if observers is None:
+        observers = default_observers(cfg, out_dir)
     mlog = open(mlog_path, "a") if is_main else None
     ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
     producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
@@ -171,7 +168,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             t1 = time.time()
             metrics = to_float(trainer.step(batch))
             train_s = time.time() - t1
-            cstate = curriculum.update(cstate, curriculum_outcomes(traj, G))
+            cstate = curriculum.update(cstate, task_outcomes(traj, G))
             producer.publish(step, trainer.model(), cstate)
             row = step_row(step, traj, metrics, bmetrics, G)
             ck = trainer.checkpointer
@@ -187,12 +184,6 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             t_tail = time.time()
             for obs in observers:
                 obs.on_step(step, traj, row)
-            if tb:
-                tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
-                tb.histogram("reward/hist", traj.rewards, step)
-                if step % max(cfg.train.log_every, 1) == 0:
-                    tb.text("samples", f"{traj.tasks[0].prompt!r} -> {traj.texts[0]!r} (reward {traj.rewards[0]})",
-                            step)
             if mlog:
                 mlog.write(json.dumps(row) + "\n")
                 mlog.flush()
@@ -206,9 +197,9 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         progress.close()
         if trainer.checkpointer is not None:
             trainer.checkpointer.close()
-        if tb:
-            tb.close()
+        if mlog:
             mlog.close()
+        closed = [obs.close() for obs in observers]  # also on an error: logs get their end markers
     n = max(cfg.rl.steps - start, 1)
     summary = {"rl_steps": cfg.rl.steps, "rl_mode": cfg.rl.mode, "rl_wall_s": round(times["loop"], 2),
                "trainer_idle_fraction": idle_fraction(history[n_restored:]),
@@ -219,7 +210,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                "tokens_trained": float(sum(h.get("tokens_trained", 0.0) for h in history)),
                "n_params": n_params,
                "final_reward": float(np.mean([h["reward_mean"] for h in history[-10:]])) if history else None}
-    for obs in observers:
-        summary |= obs.close()
+    for extra in closed:
+        summary |= extra
     return {"summary": summary, "history": history, "evals": evals, "model": trainer.model(),
             "curriculum_state": cstate}
