@@ -100,6 +100,9 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
+    from rlpt.runtime import tune_malloc
+
+    tune_malloc()  # re-exec once with glibc malloc settings XLA:CPU runs faster under (rlpt/runtime.py)
     try:
         line = main(sys.argv[1:])
     except (ValueError, KeyError, FileNotFoundError, ImportError) as err:

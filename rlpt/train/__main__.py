@@ -24,4 +24,7 @@ def main(dcfg) -> None:
 
 
 if __name__ == "__main__":
+    from rlpt.runtime import tune_malloc
+
+    tune_malloc()  # re-exec once with glibc malloc settings XLA:CPU runs faster under (rlpt/runtime.py)
     main()

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from rlpt import runtime
 from rlpt.train.state import TrainState
 
 # loss_fn(params, frozen, micro_batch, rng) -> (loss_sum, weight, metrics): a sum over tokens (or
@@ -61,10 +62,16 @@ def _wrap_loss(loss_fn):
 
 
 def build_train_step(loss_fn: LossFn, optimizer, *, state_shardings=None, batch_shardings=None,
-                     params_fn=None, donate: bool = True):
-    """jax.jit(train_step) with in/out shardings and state donation: the single jit boundary."""
+                     params_fn=None, donate: bool = True, compiler_options="auto"):
+    """jax.jit(train_step) with in/out shardings and state donation: the single jit boundary.
+
+    compiler_options: XLA options for this jit; "auto" takes `rlpt.runtime.compiler_options("train")` (the
+    YNNPACK dot library on CPU), None compiles with XLA's defaults.
+    """
     step = make_train_step(_wrap_loss(loss_fn), optimizer, params_fn)
-    kwargs = {}
+    if compiler_options == "auto":
+        compiler_options = runtime.compiler_options("train")
+    kwargs = {"compiler_options": compiler_options} if compiler_options else {}
     if state_shardings is not None:
         kwargs["in_shardings"] = (state_shardings, batch_shardings)
         kwargs["out_shardings"] = (state_shardings, None)

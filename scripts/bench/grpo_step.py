@@ -22,6 +22,12 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from rlpt.runtime import tune_malloc  # noqa: E402
+
+# Re-exec once with glibc malloc settings (rlpt/runtime.py): both sides of the comparison run under them.
+# RLPT_MALLOC_TUNING=0 measures with glibc defaults.
+tune_malloc()
+
 import argparse  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402

@@ -1,0 +1,58 @@
+"""Process-level performance settings for XLA:CPU: per-jit compiler options and glibc malloc tuning.
+
+Two facts measured on the project's CPU machines (docs/benchmarks.md, "What the CPU runtime settings buy"):
+
+- XLA:CPU gets its temporary buffers from malloc on its worker threads. With glibc's defaults those threads use
+  their own arenas, where every block above ~32 MB is a fresh mmap, so each train step page-faults and zeroes
+  ~2 GB (550k minor faults per step of the 10M benchmark model). One arena that keeps freed memory
+  (`MALLOC_ARENA_MAX=1`, high mmap and trim thresholds) lets the next step reuse the pages: 4 faults in 1,000
+  remain and the step is ~20% faster. glibc reads these variables only at start-up, so entry points re-exec
+  themselves once with them set (`tune_malloc`); set `RLPT_MALLOC_TUNING=0` to opt out.
+- The YNNPACK dot library speeds up the large matmuls of a train step (~1.3x on the whole step) but slows the
+  small per-token matmuls of decoding, so it is a per-jit compiler option (`compiler_options("train")`), not a
+  process flag.
+"""
+import os
+import sys
+
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_THRESHOLD_": str(1 << 40), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+_OPT_OUT = "RLPT_MALLOC_TUNING"
+
+# XLA debug options per kind of computation on the CPU backend (values as the DebugOptions proto spells them).
+_CPU_OPTIONS = {
+    "train": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT"},
+    "decode": {},
+}
+
+
+def compiler_options(kind: str) -> dict | None:
+    """`jax.jit(..., compiler_options=...)` for a computation of this kind ("train" or "decode") on the
+    default backend; None where nothing is tuned (every non-CPU backend)."""
+    import jax
+
+    if kind not in _CPU_OPTIONS:
+        raise ValueError(f"compiler_options: unknown kind {kind!r}; expected one of {sorted(_CPU_OPTIONS)}")
+    if jax.default_backend() != "cpu":
+        return None
+    return dict(_CPU_OPTIONS[kind]) or None
+
+
+def malloc_tuned() -> bool:
+    """True when this process started with MALLOC_ENV in its environment."""
+    return all(os.environ.get(k) == v for k, v in MALLOC_ENV.items())
+
+
+def tune_malloc() -> None:
+    """Re-exec the current command once with MALLOC_ENV set (Linux/glibc only; a no-op when already set,
+    when RLPT_MALLOC_TUNING=0, or where the original command line is unknown). Call it first thing in an
+    entry point, before any work: the process image is replaced."""
+    if os.environ.get(_OPT_OUT, "1") == "0" or malloc_tuned() or not sys.platform.startswith("linux"):
+        return
+    import platform
+
+    if platform.libc_ver()[0] != "glibc" or not getattr(sys, "orig_argv", None):
+        return
+    env = dict(os.environ, **MALLOC_ENV, **{_OPT_OUT: "0"})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
