@@ -39,8 +39,9 @@ def test_tune_malloc_reexecs_once_with_the_settings():
 
 
 def test_build_train_step_accepts_default_options():
-    from rlpt.train.step import build_train_step
     import optax
+
+    from rlpt.train.step import build_train_step
 
     def loss(params, frozen, mb, rng):
         return jnp.sum((mb["x"] @ params["w"]) ** 2), jnp.float32(1.0), {}
