@@ -12,6 +12,8 @@ policy-generated tokens. Outputs are zero where mask is 0.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -80,6 +82,8 @@ def rloo_advantages(scores: jax.Array, group_ids: jax.Array, num_groups: int) ->
     return jnp.where(count > 1, (scores - mean) * count / jnp.maximum(count - 1.0, 1.0), 0.0)
 
 
+# jitted: an eager lax.scan over a fresh closure is traced and lowered again on every call.
+@functools.partial(jax.jit, static_argnames=("gamma",))
 def discounted_returns(token_rewards: jax.Array, mask: jax.Array, gamma: float = 1.0) -> jax.Array:
     """G_t = r_t + gamma * G_next over policy tokens only (masked tokens are skipped) -> (B, T)."""
 
@@ -102,6 +106,7 @@ def masked_whiten(x: jax.Array, mask: jax.Array, eps: float = 1e-8) -> jax.Array
     return (x - mean) * jax.lax.rsqrt(var + eps) * m
 
 
+@functools.partial(jax.jit, static_argnames=("gamma", "lam"))
 def gae_advantages(token_rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma: float = 1.0,
                    lam: float = 1.0) -> tuple[jax.Array, jax.Array]:
     """GAE over policy tokens (B, T) -> (advantages, returns = advantages + values).
