@@ -20,6 +20,7 @@ from rlpt.preference.heads import init_head, last_token_scores, make_head_traine
 from rlpt.preference.pairs import make_pairs
 from rlpt.rollout.format import completion_ids, prompt_ids
 from rlpt.train.loop import Progress, maybe_resume, print_summary, to_float
+from rlpt.train.packing import fit_width
 
 HEAD_FILE = "reward_head.npz"
 
@@ -146,7 +147,8 @@ def train_reward_model(cfg: Config, tok, backbone: Model, out_dir: str) -> tuple
     scfg = sub_config(cfg, steps=p.rm_steps, lr=p.rm_lr, out_dir=out_dir, batch_size=p.rm_batch_size)
     trainer = make_head_trainer(scfg, bt_loss(p), backbone, rm0.params["head"])
     maybe_resume(trainer)
-    arrays = pair_score_arrays(train, p.max_len)
+    longest = max(len(q.prompt) + max(len(q.chosen), len(q.rejected)) for q in train)
+    arrays = pair_score_arrays(train, fit_width(longest, p.max_len))
     tb = TBWriter(os.path.join(out_dir, "tb")) if jax.process_index() == 0 else None
     progress = Progress(p.rm_steps, int(trainer.state.step), cfg.train.log_every, cfg.train.progress)
     last = {}

@@ -5,6 +5,7 @@ import time
 import numpy as np
 
 from rlpt.rollout.format import prompt_ids, response_text
+from rlpt.train.packing import fit_width
 
 
 @dataclasses.dataclass
@@ -87,9 +88,18 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None)
 
 
 def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
-    """Train rows (R, row_len): prompt + response, loss mask on the response tokens the policy produced
-    (with a policy_mask, tool tokens inside the response get loss mask 0 and rollout log-prob 0)."""
+    """Train rows (R, W): prompt + response, loss mask on the response tokens the policy produced
+    (with a policy_mask, tool tokens inside the response get loss mask 0 and rollout log-prob 0).
+
+    row_len is the most a row may hold; W = `fit_width` of the batch's longest row (a power of two, at most
+    row_len), so short rollouts do not pay for padding up to the configured maximum.
+    """
     R = len(traj.prompts)
+    sizes = [len(p) + int(n) - 1 for p, n in zip(traj.prompts, traj.lengths)]  # shifted: inputs per row
+    if max(sizes) > row_len:
+        r = int(np.argmax(sizes))
+        raise ValueError(f"row {r}: {sizes[r]} tokens exceed the RL row length {row_len}")
+    row_len = fit_width(max(sizes), row_len)
     out = {k: np.zeros((R, row_len), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
     out["loss_mask"] = np.zeros((R, row_len), np.float32)
     out["rollout_logp"] = np.zeros((R, row_len), np.float32)
@@ -98,8 +108,6 @@ def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
         n = int(traj.lengths[r])
         seq = list(p) + [int(t) for t in traj.response[r, :n]]
         L = len(seq) - 1
-        if L > row_len:
-            raise ValueError(f"row {r}: {L} tokens exceed the RL row length {row_len}")
         out["inputs"][r, :L] = seq[:-1]
         out["targets"][r, :L] = seq[1:]
         out["positions"][r, :L] = np.arange(L)
