@@ -1,5 +1,6 @@
 """PPO-RLHF: reward = reward-model score (+ verifier score where a domain has one), KL-in-reward to the frozen
 reference, a value head on the policy's hidden states with GAE, the clipped PPO surrogate and value loss."""
+import functools
 import json
 import os
 import time
@@ -77,6 +78,17 @@ def normalize_rm(scores: np.ndarray, mode: str, eps: float = 1e-6) -> np.ndarray
     raise ValueError(f"pref.reward_norm={mode!r}; expected batch or none")
 
 
+@functools.partial(jax.jit, static_argnames=("kl_coef", "estimator", "gamma", "lam"))
+def ppo_targets(reward, rollout_logp, ref_logp, values, mask, *, kl_coef, estimator, gamma, lam):
+    """Outcome rewards (R,) -> whitened GAE advantages, returns, masked values (R, T) and the mean per-token
+    KL of the rollout policy to the reference; the KL penalty is folded into the token rewards."""
+    values = values * mask
+    token_r = kl_in_reward(reward, rollout_logp, ref_logp, mask, kl_coef, estimator)
+    adv, returns = gae_advantages(token_r, values, mask, gamma, lam)
+    kl = jnp.sum((rollout_logp - ref_logp) * mask) / jnp.maximum(jnp.sum(mask), 1)
+    return masked_whiten(adv, mask), returns, values, kl
+
+
 def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tuple[dict, dict]:
     """Rows with old log-probs (the sampler's), old values, KL-in-reward GAE advantages and returns."""
     rows = to_rows(traj, row_len)
@@ -85,14 +97,12 @@ def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tu
     reward = pcfg.rm_weight * normalize_rm(rm_scores, pcfg.reward_norm) + pcfg.verifier_weight * traj.rewards  # (R,)
     with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
         ref_logp, values = aux_fn(trainer.state.params, trainer.state.frozen, rows)
-    mask = jnp.asarray(rows["loss_mask"])
-    values = values * mask
-    token_r = kl_in_reward(jnp.asarray(reward), jnp.asarray(rows["rollout_logp"]), ref_logp, mask,
-                           pcfg.kl_coef, pcfg.kl_estimator)
-    adv, returns = gae_advantages(token_r, values, mask, pcfg.gamma, pcfg.lam)
-    batch = rows | {"old_logp": rows["rollout_logp"], "advantages": np.asarray(masked_whiten(adv, mask)),
+    adv, returns, values, kl = ppo_targets(jnp.asarray(reward), jnp.asarray(rows["rollout_logp"]), ref_logp, values,
+                                           jnp.asarray(rows["loss_mask"]), kl_coef=pcfg.kl_coef,
+                                           estimator=pcfg.kl_estimator, gamma=pcfg.gamma, lam=pcfg.lam)
+    batch = rows | {"old_logp": rows["rollout_logp"], "advantages": np.asarray(adv),
                     "old_values": np.asarray(values), "returns": np.asarray(returns)}
-    kl = float(jnp.sum((jnp.asarray(rows["rollout_logp"]) - ref_logp) * mask) / jnp.maximum(jnp.sum(mask), 1))
+    kl = float(kl)
     return batch, {"rm_score": float(rm_scores.mean()), "rm_score_std": float(rm_scores.std()),
                    "verifier_reward": float(traj.rewards.mean()),
                    "pass_rate": float(traj.passed.mean()), "reward": float(reward.mean()), "kl_ref": kl}
@@ -112,12 +122,14 @@ def run(cfg: Config) -> dict:
     eval_tasks = heldout_tasks(names, tiers, p.eval_per_domain, cfg.domains.eval_offset)
     os.makedirs(cfg.train.out_dir, exist_ok=True)
     policy = warm_start(cfg)
+    split = {"sft": time.time() - t0}
     rm_info = {}
     if p.rm_path:
         rm = RewardModel.load(p.rm_path)
     else:
         rm, rm_info = train_reward_model(cfg, tok, policy, os.path.join(cfg.train.out_dir, "rm"))
         print(f"[rm] held-out pairwise accuracy = {rm_info['pairwise_accuracy']:.3f}", flush=True)
+    split["rm"] = time.time() - t0 - split["sft"]
     before = evaluate_with_rm(policy, tok, eval_tasks, rm, rcfg.max_new_tokens)
     print(f"[eval before] pass@1 = {before['pass1']:.3f} rm_score = {before['rm_score']:.3f}", flush=True)
     out_dir = os.path.join(cfg.train.out_dir, "ppo")
@@ -136,15 +148,19 @@ def run(cfg: Config) -> dict:
     mlog = open(os.path.join(out_dir, "metrics.jsonl"), "a") if tb else None
     progress = Progress(p.ppo_steps, start, cfg.train.log_every, cfg.train.progress)
     history = []
+    t_ppo = time.time()
     for step in range(start + 1, p.ppo_steps + 1):
         tasks = curriculum.tasks(cstate, step, np.random.default_rng([cfg.train.seed, 23, step]),
                                  rcfg.prompts_per_step)
         traj = rollout(trainer.model(), tok, tasks, rcfg, seed=cfg.train.seed * 1_000_003 + step, version=step - 1)
+        t_batch = time.time()
         batch, row = make_batch(trainer, aux_fn, traj, rm, p, row_len)
+        t_train = time.time()
         for _ in range(p.ppo_epochs):
             m = to_float(trainer.step(batch))
         n = max(m["tokens"], 1.0)
-        row |= {"step": step, "loss": m["loss"], "grad_norm": m["grad_norm"]}
+        row |= {"step": step, "loss": m["loss"], "grad_norm": m["grad_norm"], "gen_s": traj.gen_s,
+                "verify_s": traj.verify_s, "score_s": t_train - t_batch, "train_s": time.time() - t_train}
         row |= {k: v / n for k, v in m.items() if k.startswith("ppo/")}
         G = rcfg.group_size
         cstate = curriculum.update(cstate, [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
@@ -161,6 +177,7 @@ def run(cfg: Config) -> dict:
     progress.close()
     if trainer.checkpointer is not None:
         trainer.checkpointer.close()
+    split["ppo"] = time.time() - t_ppo
     after = evaluate_with_rm(trainer.model(), tok, eval_tasks, rm, rcfg.max_new_tokens)
     print(f"[eval after] pass@1 = {after['pass1']:.3f} rm_score = {after['rm_score']:.3f}", flush=True)
     if tb:
@@ -175,7 +192,8 @@ def run(cfg: Config) -> dict:
                "reward_norm": p.reward_norm, "vf_lr": p.vf_lr,
                "final_kl_ref": float(np.mean([h["kl_ref"] for h in history[-10:]])) if history else None,
                "rm_pairwise_accuracy": rm_info.get("pairwise_accuracy"), "rm_path": p.rm_path or rm_info.get("rm_path"),
-               "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),
+               "eval_tasks": len(eval_tasks),
+               "time_split_s": {k: round(v, 2) for k, v in split.items()}, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
     print_summary(summary)
     return summary | {"model": trainer.model(), "history": history, "reward_model": rm}
