@@ -11,6 +11,7 @@ import numpy as np
 
 from rlpt.rollout.format import completion_ids, prompt_ids
 from rlpt.train.data import DataError, jsonl_records
+from rlpt.train.packing import fit_width
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,14 +124,22 @@ def _rows(seqs: list[tuple[tuple[int, ...], tuple[int, ...]]], row_len: int, pre
     return out
 
 
-def pair_arrays(pairs: list[PrefPair], row_len: int, *, kl_rows: bool = False) -> dict[str, np.ndarray]:
-    """Rows for chosen (c_*) and rejected (r_*): inputs/targets/positions/segment_ids/mask (N, row_len).
+def longest_pair(pairs) -> int:
+    """Tokens in the longest prompt + response sequence of the pairs (chosen or rejected)."""
+    return max(len(p.prompt) + max(len(p.chosen), len(p.rejected)) for p in pairs)
 
-    kl_rows adds KTO's mismatched rows: prompt i with the chosen (kc_*) / rejected (kr_*) response of pair
-    i+1 (mod N), cut to fit the row; their log-probs estimate KTO's reference point.
+
+def pair_arrays(pairs: list[PrefPair], row_len: int, *, kl_rows: bool = False) -> dict[str, np.ndarray]:
+    """Rows for chosen (c_*) and rejected (r_*): inputs/targets/positions/segment_ids/mask (N, W).
+
+    row_len is the most a row may hold; W = `fit_width` of the longest pair (a power of two, at most row_len),
+    so short pairs do not pay for padding up to the configured maximum. kl_rows adds KTO's mismatched rows:
+    prompt i with the chosen (kc_*) / rejected (kr_*) response of pair i+1 (mod N), cut to fit the row; their
+    log-probs estimate KTO's reference point.
     """
     if not pairs:
         raise ValueError("no preference pairs left to train on (see the pair counts)")
+    row_len = fit_width(longest_pair(pairs), row_len)
     out = _rows([(p.prompt, p.chosen) for p in pairs], row_len, "c_")
     out |= _rows([(p.prompt, p.rejected) for p in pairs], row_len, "r_")
     if kl_rows:

@@ -15,7 +15,6 @@ from rlpt.preference.common import joint_logps, sub_config, warm_start
 from rlpt.preference.data import batch_indices, pair_arrays
 from rlpt.preference.pairs import make_pairs
 from rlpt.train.loop import Progress, make_trainer, maybe_resume, print_summary, to_float
-from rlpt.train.packing import fit_width
 
 REF_MODES = ("precompute", "online")
 
@@ -136,8 +135,7 @@ def run(cfg: Config) -> dict:
         pairs, c = make_pairs(cfg, tok, "train", model=policy, seed=rnd)
         counts = {k: counts.get(k, 0) + v for k, v in c.items()}
         print(f"[pairs round {rnd}] {c}", flush=True)
-        longest = max((len(q.prompt) + max(len(q.chosen), len(q.rejected)) for q in pairs), default=1)
-        arrays = pair_arrays(pairs, fit_width(longest, p.max_len), kl_rows=p.loss == "kto")
+        arrays = pair_arrays(pairs, p.max_len, kl_rows=p.loss == "kto")
         policy, last = train_round(cfg, policy, arrays, os.path.join(cfg.train.out_dir, f"round{rnd}"), tb, mlog,
                                    rnd * p.steps)
         if p.rounds > 1:

@@ -15,7 +15,7 @@ from rlpt.models import Model, load_pretrained
 from rlpt.models.config import ModelConfig
 from rlpt.observe.tensorboard import TBWriter
 from rlpt.preference.common import sub_config, warm_start
-from rlpt.preference.data import batch_indices
+from rlpt.preference.data import batch_indices, longest_pair
 from rlpt.preference.heads import init_head, last_token_scores, make_head_trainer
 from rlpt.preference.pairs import make_pairs
 from rlpt.rollout.format import completion_ids, prompt_ids
@@ -100,7 +100,9 @@ def score(rm: RewardModel, tok, prompts: list, responses: list[str]) -> np.ndarr
 
 
 def pair_score_arrays(pairs, row_len: int) -> dict[str, np.ndarray]:
-    """c_* and r_* score rows (tokens, positions, segment_ids, last) for pairs."""
+    """c_* and r_* score rows (tokens, positions, segment_ids, last) for pairs, `fit_width` of the longest pair
+    wide (at most row_len)."""
+    row_len = fit_width(longest_pair(pairs), row_len)
     c = score_rows([p.prompt + p.chosen for p in pairs], row_len)
     r = score_rows([p.prompt + p.rejected for p in pairs], row_len)
     return {f"c_{k}": v for k, v in c.items()} | {f"r_{k}": v for k, v in r.items()}
@@ -147,8 +149,7 @@ def train_reward_model(cfg: Config, tok, backbone: Model, out_dir: str) -> tuple
     scfg = sub_config(cfg, steps=p.rm_steps, lr=p.rm_lr, out_dir=out_dir, batch_size=p.rm_batch_size)
     trainer = make_head_trainer(scfg, bt_loss(p), backbone, rm0.params["head"])
     maybe_resume(trainer)
-    longest = max(len(q.prompt) + max(len(q.chosen), len(q.rejected)) for q in train)
-    arrays = pair_score_arrays(train, fit_width(longest, p.max_len))
+    arrays = pair_score_arrays(train, p.max_len)
     tb = TBWriter(os.path.join(out_dir, "tb")) if jax.process_index() == 0 else None
     progress = Progress(p.rm_steps, int(trainer.state.step), cfg.train.log_every, cfg.train.progress)
     last = {}
