@@ -123,6 +123,9 @@ class AlgoConfig:
     # Ratio denominator: the sampler's log-probs ("rollout") or a trainer forward before the update
     # ("recompute"; then `correction` reweights the rollout/trainer mismatch).
     old_logp: str = "rollout"
+    # The LM head and log-softmax run only on a window of columns covering each row's response (prompt
+    # positions carry no loss; TRL's logits_to_keep). The loss is the same; false computes every column.
+    logits_window: bool = True
     correction_level: str = "none"  # none | token | sequence | geometric
     correction_mode: str = "truncate"  # truncate | mask
     correction_cap: float = 2.0

@@ -1,5 +1,6 @@
 """The RL loop: sample tasks, generate, verify, advantages, update, sync weights; sync or async."""
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -13,9 +14,10 @@ from rlpt.config.schema import Config
 from rlpt.observe.observers import default_observers
 from rlpt.observe.tags import task_outcomes
 from rlpt.pipeline.producer import Producer
-from rlpt.rollout.single_turn import rollout, to_rows
-from rlpt.train.loop import Progress, make_trainer, maybe_resume, to_float
-from rlpt.train.losses import rl_loss
+from rlpt.rollout.single_turn import response_window, rollout, to_rows
+from rlpt.parallel import axis_rules
+from rlpt.train.loop import Progress, make_trainer, maybe_resume, microbatch, shard_batch, to_float
+from rlpt.train.losses import rl_loss, token_logprobs_entropy
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,46 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
     rows["loss_mask"] = np.asarray(mask, np.float32)
     rows["advantages"] = np.asarray(adv, np.float32) * rows["loss_mask"]
     rows["old_logp"] = rows["rollout_logp"]
+    if algo.logits_window:
+        rows["window"] = response_window(traj, rows["inputs"].shape[1])
     return rows, {"rollout/kept_fraction": kept}
 
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _trainer_logp(model_cfg, params, batch):
+    """log p(target) (A, b, K or T) for micro-batches (A, b, ...), one micro-batch at a time."""
+    return jax.lax.map(lambda mb: token_logprobs_entropy(params, model_cfg, mb)[0], batch)
+
+
+def recompute_old_logp(trainer, batch: dict) -> dict:
+    """The batch with old_logp = the trainer's log-probs of its targets under the current params, before this
+    update (no gradient), 0 off the loss mask; rollout_logp stays the sampler's.
+
+    rl.algo.old_logp=recompute: the PPO ratio is taken against the trainer's own forward, so the rollout /
+    trainer mismatch (another numeric path, or an older policy in async mode: decoupled PPO's proximal
+    policy) is left to rl.algo.correction_level. Runs in the step's micro-batches (optim.grad_accum).
+    """
+    keys = ("inputs", "targets", "positions", "segment_ids") + (("window",) if "window" in batch else ())
+    rows = microbatch({k: np.asarray(batch[k]) for k in keys}, trainer.cfg.optim.grad_accum)
+    with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
+        logp = _trainer_logp(trainer.model_cfg, trainer.model().params, shard_batch(rows, trainer.mesh))
+    logp = np.asarray(logp, np.float32).reshape(len(batch["inputs"]), -1)
+    if "window" in batch:  # back to row columns
+        full = np.zeros(batch["inputs"].shape, np.float32)
+        np.put_along_axis(full, np.asarray(batch["window"]), logp, axis=1)
+        logp = full
+    return dict(batch, old_logp=logp * np.asarray(batch["loss_mask"], np.float32))
+
+
+def check_algo(algo) -> None:
+    """Fail early on rl.algo settings that would be silently ignored."""
+    if algo.old_logp not in ("rollout", "recompute"):
+        raise ValueError(f"rl.algo.old_logp={algo.old_logp!r}; expected 'rollout' or 'recompute'")
+    if algo.correction_level != "none" and algo.old_logp == "rollout":
+        raise ValueError(f"rl.algo.correction_level={algo.correction_level!r} reweights trainer / rollout "
+                         "log-probs, but rl.algo.old_logp='rollout' makes them the same array (every weight 1): "
+                         "set rl.algo.old_logp=recompute")
 
 
 def restore_history(path: str, start: int) -> list[dict]:
@@ -127,6 +167,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
 
     if cfg.rl.mode not in ("sync", "async"):
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
+    check_algo(cfg.rl.algo)
     asynchronous = cfg.rl.mode == "async"
     os.makedirs(out_dir, exist_ok=True)
     rcfg = rl_config(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=out_dir)))
@@ -166,6 +207,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                 raise AssertionError(f"step {step}: batch from policy version {traj.version} has staleness "
                                      f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
             t1 = time.time()
+            if algo.old_logp == "recompute":
+                batch = recompute_old_logp(trainer, batch)
             metrics = to_float(trainer.step(batch))
             train_s = time.time() - t1
             cstate = curriculum.update(cstate, task_outcomes(traj, G))

@@ -117,3 +117,16 @@ def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
         out["loss_mask"][r, start:start + n] = own
         out["rollout_logp"][r, start:start + n] = traj.rollout_logp[r, :n] * own
     return out
+
+
+def response_window(traj: Trajectories, width: int) -> np.ndarray:
+    """(R, K) column indices of `to_rows` rows (width W) that cover every response target of each row.
+
+    K = `fit_width` of the longest response (a power of two, at most W, so few shapes compile); row r's window
+    starts at its first response target, moved left where the row would run past W, so the K columns are
+    distinct, inside the row, and hold all of its loss-mask columns. rl_loss computes logits only there.
+    """
+    K = fit_width(int(np.max(traj.lengths)), width)
+    starts = np.asarray([len(p) - 1 for p in traj.prompts], np.int32)
+    starts = np.minimum(starts, width - K)
+    return (starts[:, None] + np.arange(K, dtype=np.int32)[None, :]).astype(np.int32)

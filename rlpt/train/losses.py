@@ -2,7 +2,7 @@
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.transformer import forward
+from rlpt.models.transformer import forward, hidden_states, logits_from_hidden
 
 
 def token_logprobs(params, model_cfg, batch):
@@ -31,13 +31,27 @@ def per_segment_nll(params, model_cfg, batch, max_segments: int):
     return -jnp.einsum("bt,bts->bs", logp * batch["loss_mask"], onehot)
 
 
+def in_window(batch, x):
+    """x (B, T) at the batch's logit window columns (B, K) when it has one, else x unchanged."""
+    return x if "window" not in batch else jnp.take_along_axis(x, batch["window"], axis=1)
+
+
 def token_logprobs_entropy(params, model_cfg, batch):
-    """(log p(target), entropy of the next-token distribution), both (B, T) f32."""
-    logits = forward(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
-    logits = logits.astype(jnp.float32)
+    """(log p(target), entropy of the next-token distribution), both (B, T) f32.
+
+    With batch["window"] (B, K) column indices (`rlpt.rollout.single_turn.response_window`), the LM head,
+    log-softmax and entropy run only at those columns and both outputs are (B, K): the prompt positions of an
+    RL row carry no loss, and their logits are most of the head's cost (TRL's `logits_to_keep`).
+    """
+    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    targets = batch["targets"]
+    if "window" in batch:
+        hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
+        targets = in_window(batch, targets)
+    logits = logits_from_hidden(params, model_cfg, hidden).astype(jnp.float32)
     logz = jax.nn.logsumexp(logits, axis=-1)
     logp_all = logits - logz[..., None]
-    picked = jnp.take_along_axis(logp_all, batch["targets"][..., None], axis=-1)[..., 0]
+    picked = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
     entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
     return picked, entropy
 
@@ -60,13 +74,15 @@ def rl_loss(algo_cfg):
     def factory(model_cfg):
         def loss_fn(params, frozen, batch, rng):
             del rng
-            mask = batch["loss_mask"].astype(jnp.float32)
+            # Per-token arrays at the logit window's columns (all columns without a window).
+            mask = in_window(batch, batch["loss_mask"]).astype(jnp.float32)
+            old_logp, rollout_logp = in_window(batch, batch["old_logp"]), in_window(batch, batch["rollout_logp"])
             logp, entropy = token_logprobs_entropy(params, model_cfg, batch)
-            per_token, metrics = policy_loss(logp, batch["old_logp"], batch["advantages"], mask,
+            per_token, metrics = policy_loss(logp, old_logp, in_window(batch, batch["advantages"]), mask,
                                              **algo_cfg.policy_loss_kwargs)
             if algo_cfg.correction_level != "none":
                 weights, keep, cmetrics = rollout_correction(
-                    jax.lax.stop_gradient(batch["old_logp"]), batch["rollout_logp"], mask,
+                    jax.lax.stop_gradient(old_logp), rollout_logp, mask,
                     level=algo_cfg.correction_level, mode=algo_cfg.correction_mode, cap=algo_cfg.correction_cap)
                 per_token = per_token * jax.lax.stop_gradient(weights)
                 mask = mask * keep
@@ -83,7 +99,7 @@ def rl_loss(algo_cfg):
             # Per-micro-batch metrics are token-weighted sums; the loop divides by the step's token count.
             out = {f"pg/{k}": v * n_tok for k, v in metrics.items() if jnp.ndim(v) == 0}
             out |= {"entropy_sum": jnp.sum(entropy * mask), "policy_tokens": jnp.sum(mask),
-                    "logp_gap_sum": jnp.sum(jnp.abs(logp - batch["rollout_logp"]) * mask)}
+                    "logp_gap_sum": jnp.sum(jnp.abs(logp - rollout_logp) * mask)}
             if algo_cfg.scope == "micro":
                 return num / jnp.maximum(den, 1e-9), jnp.ones((), jnp.float32), out
             return num, den, out

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from rlpt.config.schema import AlgoConfig
 from rlpt.models import ModelConfig, init_model
@@ -54,3 +55,111 @@ def test_seq_mean_aggregation_and_micro_scope():
     np.testing.assert_allclose(float(num), per_seq.sum(), rtol=1e-5)
     num, den, _ = rl_loss(AlgoConfig(scope="micro"))(CFG)(params, {}, batch, None)
     assert float(den) == 1.0
+
+
+def _traj(seed, R=6, N=7, width=None):
+    """Ragged prompts (2-9 tokens) and responses (1-N tokens), one row filling the whole width."""
+    from rlpt.rollout.single_turn import Trajectories
+
+    rng = np.random.default_rng(seed)
+    plens = rng.integers(2, 10, R)
+    lengths = rng.integers(1, N + 1, R)
+    plens[0], lengths[0] = 9, N  # the longest row: its window must shift left to stay inside the row
+    return Trajectories(tasks=[None] * R, prompts=[rng.integers(3, 32, n).tolist() for n in plens],
+                        response=rng.integers(3, 32, (R, N)).astype(np.int32), lengths=lengths,
+                        rollout_logp=-rng.random((R, N)).astype(np.float32), rewards=rng.random(R).astype(np.float32),
+                        passed=np.zeros(R, bool), group_ids=np.repeat(np.arange(R // 2), 2),
+                        truncated=np.zeros(R, bool), version=0, gen_s=0.0, verify_s=0.0, texts=[""] * R)
+
+
+def test_response_window_covers_every_loss_column_inside_the_row():
+    from rlpt.rollout.single_turn import response_window, to_rows
+
+    for seed in range(5):
+        traj = _traj(seed)
+        rows = to_rows(traj, 64)
+        W = rows["inputs"].shape[1]
+        win = response_window(traj, W)
+        assert win.shape[1] == 8 and win.min() >= 0 and win.max() < W  # fit_width(7) = 8 columns
+        for r in range(len(win)):
+            assert len(set(win[r].tolist())) == win.shape[1]
+            assert rows["loss_mask"][r, win[r]].sum() == rows["loss_mask"][r].sum()
+
+
+@pytest.mark.parametrize("algo", [
+    dict(aggregation="token-mean"),
+    dict(aggregation="seq-mean-token-sum-norm", aggregation_kwargs={"norm_constant": 7.0}, entropy_coef=0.01),
+    dict(policy_loss="gspo", aggregation="seq-mean-token-mean", kl_coef=0.1, old_logp="recompute",
+         correction_level="token", correction_mode="mask")], ids=["ppo", "ppo-norm-entropy", "gspo-kl-mis"])
+def test_logits_window_gives_the_same_loss_metrics_and_gradients(algo):
+    """Logits only at the window's columns: same loss, metrics and gradients as every column."""
+    from rlpt.rollout.single_turn import response_window, to_rows
+
+    params, ref = init_model(CFG, 2).params, init_model(CFG, 3).params
+    traj = _traj(7)
+    rows = to_rows(traj, 64)
+    mask = rows["loss_mask"]
+    rng = np.random.default_rng(0)
+    rows["advantages"] = (rng.normal(size=(len(mask), 1)) * mask).astype(np.float32)
+    rows["old_logp"] = (np.asarray(token_logprobs(params, CFG, rows)) + 0.3 * rng.normal(size=mask.shape)) * mask
+    full = jax.tree.map(jnp.asarray, rows)
+    windowed = full | {"window": jnp.asarray(response_window(traj, mask.shape[1]))}
+    loss_fn = rl_loss(AlgoConfig(**algo))(CFG)
+
+    def run(batch):
+        def f(p):
+            num, den, metrics = loss_fn(p, {"ref": ref}, batch, None)
+            return num / den, (num, den, metrics)
+        return jax.grad(f, has_aux=True)(params)
+
+    (g1, (n1, d1, m1)), (g2, (n2, d2, m2)) = run(full), run(windowed)
+    assert float(d1) == float(d2)
+    np.testing.assert_allclose(float(n2), float(n1), rtol=1e-6)
+    assert m1.keys() == m2.keys()
+    for k in m1:
+        np.testing.assert_allclose(float(m2[k]), float(m1[k]), rtol=1e-5, atol=1e-7, err_msg=k)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-7)
+
+
+def test_recompute_old_logp_is_the_trainers_forward_and_bad_settings_fail():
+    from rlpt.config import compose
+    from rlpt.pipeline.rl import check_algo, make_batch, recompute_old_logp
+    from rlpt.rollout.single_turn import to_rows
+    from rlpt.train.loop import make_trainer
+
+    cfg = compose(["model.vocab_size=32", "model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=1",
+                   "mesh=fsdp", "train.ckpt_every=0", "optim.grad_accum=2", "rl.algo.old_logp=recompute"])
+    trainer = make_trainer(cfg, rl_loss(cfg.rl.algo))
+    traj = _traj(3)
+    params = trainer.model().params
+    for window in (True, False):
+        cfg.rl.algo.logits_window = window
+        batch, _ = make_batch(traj, cfg, 64)
+        assert ("window" in batch) == window
+        out = recompute_old_logp(trainer, batch)
+        want = np.asarray(token_logprobs(params, trainer.model_cfg, to_rows(traj, 64))) * batch["loss_mask"]
+        np.testing.assert_allclose(out["old_logp"], want, rtol=1e-5, atol=1e-6)
+        assert np.array_equal(out["rollout_logp"], batch["rollout_logp"])
+    with pytest.raises(ValueError, match="rl.algo.old_logp='stale'"):
+        check_algo(AlgoConfig(old_logp="stale"))
+    with pytest.raises(ValueError, match="set rl.algo.old_logp=recompute"):
+        check_algo(AlgoConfig(correction_level="token"))
+    check_algo(AlgoConfig(correction_level="token", old_logp="recompute"))
+
+
+def test_logits_window_under_a_permuted_sequence_layout():
+    """mesh=seq with ring attention and the zigzag layout: the window's columns follow the permutation."""
+    from rlpt.config import compose
+    from rlpt.pipeline.rl import make_batch
+    from rlpt.train.loop import make_trainer
+
+    losses = []
+    for window in (True, False):
+        cfg = compose(["model.vocab_size=32", "model.hidden_size=32", "model.intermediate_size=64",
+                       "model.num_layers=1", "mesh=seq", "mesh.seq=2", "mesh.data=4", "model.attention_impl=ring",
+                       "data.cp_layout=zigzag", "train.ckpt_every=0", f"rl.algo.logits_window={window}"])
+        trainer = make_trainer(cfg, rl_loss(cfg.rl.algo))
+        batch, _ = make_batch(_traj(5), cfg, 64)
+        losses.append([float(trainer.step(batch)["loss"]) for _ in range(2)])
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
