@@ -13,9 +13,9 @@ import numpy as np
 from rlpt.config.schema import Config
 from rlpt.observe.observers import default_observers
 from rlpt.observe.tags import task_outcomes
+from rlpt.parallel import axis_rules
 from rlpt.pipeline.producer import Producer
 from rlpt.rollout.single_turn import response_window, rollout, to_rows
-from rlpt.parallel import axis_rules
 from rlpt.train.loop import Progress, make_trainer, maybe_resume, microbatch, shard_batch, to_float
 from rlpt.train.losses import rl_loss, token_logprobs_entropy
 
