@@ -31,6 +31,7 @@ def _losses(out):
 
 def test_kill_and_resume_is_exact(tmp_path):
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    ref_proc = _run(ref_dir, wait=False)  # the uninterrupted reference, beside the killed run and its resume
     proc = _run(run_dir, wait=False)
     ckpt = run_dir / "checkpoints" / "5"
     deadline = time.time() + 400
@@ -44,7 +45,7 @@ def test_kill_and_resume_is_exact(tmp_path):
     assert resumed_from < 40, "the run finished before it was killed"
     last = json.loads(_run(run_dir).stdout.strip().splitlines()[-1])
     assert last["steps"] == 40
-    _run(ref_dir)
+    assert ref_proc.wait(timeout=600) == 0
     ref, got = _losses(ref_dir), _losses(run_dir)
     for step in range(resumed_from + 1, resumed_from + 6):
         assert got[step] == ref[step], (step, got[step], ref[step])
