@@ -2,7 +2,8 @@
 
 Model: experiments/conf/model/qwen_10m.yaml (Qwen2-style, vocab 8192, width 256, 8 layers, 8 query / 2 KV
 heads, MLP 704, QKV bias, tied embeddings: ~7.7M parameters; layers unrolled, `scan_layers: false`).
-Batch 16 x 256 random tokens, every token in the loss, one AdamW step (lr 1e-4, constant, global-norm clip 1.0) per call, on both sides.
+Batch 16 x 256 random tokens, every token in the loss, one AdamW step (lr 1e-4, constant, global-norm clip
+1.0) per call, on both sides.
 
 rlpt: `build_train_step(sft_loss(cfg), make_optimizer(...), donate=True)`, timed after a warm-up call.
 Peer: the same initial weights written by `Model.save_pretrained` and read by
