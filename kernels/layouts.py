@@ -37,16 +37,29 @@ def apply_layout(x, layout, n_shards, axis=1):
     return x[(slice(None),) * axis + (perm,)]
 
 
+def layout_positions(layout, seq_len, n_shards):
+    """Inverse of `layout_permutation`: pos (seq_len,) with token-order column c at permuted column pos[c]."""
+    return np.argsort(layout_permutation(layout, seq_len, n_shards))
+
+
 def invert_layout(x, layout, n_shards, axis=1):
     """Undo `apply_layout` on the sequence axis of x (e.g. model outputs back to token order)."""
-    inv = np.argsort(layout_permutation(layout, x.shape[axis], n_shards))
+    inv = layout_positions(layout, x.shape[axis], n_shards)
     return x[(slice(None),) * axis + (inv,)]
 
 
-def apply_layout_batch(batch, layout, n_shards, axis=1):
+def apply_layout_batch(batch, layout, n_shards, axis=1, index_keys=()):
     """Apply one layout to every array of a batch dict (targets must already be shifted: next-token
-    labels are computed in token order, then permuted with their inputs)."""
-    return {name: apply_layout(x, layout, n_shards, axis) for name, x in batch.items()}
+    labels are computed in token order, then permuted with their inputs).
+
+    Arrays named in index_keys hold column indices into the sequence axis (e.g. the RL loss's logit window),
+    not per-column values: they keep their shape and each index moves to its column's permuted place, so a
+    gather with them still reads the same tokens in token order.
+    """
+    seq_len = next(x.shape[axis] for name, x in batch.items() if name not in index_keys)
+    pos = layout_positions(layout, seq_len, n_shards)
+    return {name: pos[x] if name in index_keys else apply_layout(x, layout, n_shards, axis)
+            for name, x in batch.items()}
 
 
 def causal_work(positions, segment_ids, n_shards, *, causal=True, sliding_window=None):

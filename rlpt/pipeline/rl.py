@@ -69,7 +69,6 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
     return rows, {"rollout/kept_fraction": kept}
 
 
-
 @functools.partial(jax.jit, static_argnums=0)
 def _trainer_logp(model_cfg, params, batch):
     """log p(target) (A, b, K or T) for micro-batches (A, b, ...), one micro-batch at a time."""

@@ -129,4 +129,4 @@ def response_window(traj: Trajectories, width: int) -> np.ndarray:
     K = fit_width(int(np.max(traj.lengths)), width)
     starts = np.asarray([len(p) - 1 for p in traj.prompts], np.int32)
     starts = np.minimum(starts, width - K)
-    return (starts[:, None] + np.arange(K, dtype=np.int32)[None, :]).astype(np.int32)
+    return starts[:, None] + np.arange(K, dtype=np.int32)[None, :]

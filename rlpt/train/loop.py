@@ -10,7 +10,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from kernels.layouts import apply_layout_batch, layout_permutation
+from kernels.layouts import apply_layout_batch
 from rlpt.config.schema import Config
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
 from rlpt.models.transformer import param_axes
@@ -77,12 +77,7 @@ class Trainer:
     def step(self, host_batch: dict):
         n_seq = self.mesh.shape["seq"]
         if n_seq > 1 and self.cfg.data.cp_layout != "contiguous":
-            host_batch = dict(host_batch)
-            window = host_batch.pop("window", None)
-            host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq)
-            if window is not None:  # the same columns at their permuted places (a gather stays in token order)
-                T = host_batch["inputs"].shape[1]
-                host_batch["window"] = np.argsort(layout_permutation(self.cfg.data.cp_layout, T, n_seq))[window]
+            host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq, index_keys=("window",))
         batch = shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh)
         with jax.set_mesh(self.mesh), axis_rules(self.cfg.mesh.rules):
             self.state, metrics = self.step_fn(self.state, batch)

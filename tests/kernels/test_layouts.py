@@ -54,3 +54,17 @@ def test_work_balance_zigzag_and_striped_vs_contiguous():
     assert bal["contiguous"] > 1.8  # the last device does ~15/8 of the mean causal work
     total = causal_work(apply_layout(pos, "zigzag", n), apply_layout(seg, "zigzag", n), n).sum()
     assert total == T * (T + 1) // 2  # every visible causal pair counted exactly once
+
+
+@pytest.mark.parametrize("layout", ["zigzag", "striped"])
+def test_index_keys_follow_the_permutation(layout):
+    """A column-index array of a batch moves with its columns: gathering from the permuted batch with it reads
+    the same values as gathering from the original."""
+    from kernels.layouts import apply_layout_batch
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 16))
+    idx = np.stack([rng.permutation(16)[:5] for _ in range(3)])
+    out = apply_layout_batch({"x": x, "window": idx}, layout, 2, index_keys=("window",))
+    assert out["window"].shape == idx.shape
+    np.testing.assert_array_equal(np.take_along_axis(out["x"], out["window"], 1), np.take_along_axis(x, idx, 1))
