@@ -8,9 +8,9 @@ Two facts measured on the project's CPU machines (docs/benchmarks.md, "What the 
   (`MALLOC_ARENA_MAX=1`, high mmap and trim thresholds) lets the next step reuse the pages: 4 faults in 1,000
   remain and the step is ~20% faster. glibc reads these variables only at start-up, so entry points re-exec
   themselves once with them set (`tune_malloc`); set `RLPT_MALLOC_TUNING=0` to opt out.
-- The YNNPACK dot library speeds up the large matmuls of a train step (~1.3x on the whole step) but slows the
-  small per-token matmuls of decoding, so it is a per-jit compiler option (`compiler_options("train")`), not a
-  process flag.
+- The YNNPACK dot library speeds up the large float32 matmuls of a train step (~1.3x on the whole step) but
+  slows the small per-token matmuls of decoding and bf16 matmuls, so it is a per-jit compiler option
+  (`compiler_options("train")`, float32 compute only), not a process flag.
 """
 import os
 import sys
@@ -25,14 +25,18 @@ _CPU_OPTIONS = {
 }
 
 
-def compiler_options(kind: str) -> dict | None:
+def compiler_options(kind: str, compute_dtype: str = "float32") -> dict | None:
     """`jax.jit(..., compiler_options=...)` for a computation of this kind ("train" or "decode") on the
-    default backend; None where nothing is tuned (every non-CPU backend)."""
+    default backend; None where nothing is tuned (every non-CPU backend).
+
+    The YNNPACK dot library pays for float32 matmuls only: on a CPU with bf16 dot instructions (AVX512-BF16)
+    XLA's default bf16 matmul is ~1.9x YNNPACK's (254 vs 135 GFLOP/s at 2048^3, train step 1.13x), so a
+    bfloat16/float16 computation keeps XLA's defaults."""
     import jax
 
     if kind not in _CPU_OPTIONS:
         raise ValueError(f"compiler_options: unknown kind {kind!r}; expected one of {sorted(_CPU_OPTIONS)}")
-    if jax.default_backend() != "cpu":
+    if jax.default_backend() != "cpu" or compute_dtype != "float32":
         return None
     return dict(_CPU_OPTIONS[kind]) or None
 

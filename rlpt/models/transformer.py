@@ -18,7 +18,22 @@ def _write_rows(cache, new, index, axis=1):
     """Per-row write of T new entries at each row's own index (B,): cache (B, .., S, ..) <- new (B, .., T, ..)
     along `axis`. For T=1 XLA emits one small scatter that updates the (donated) cache in place."""
     write = lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=axis - 1)  # noqa: E731
-    return jax.vmap(write)(cache, new, index)
+    return jax.vmap(write)(cache, new.astype(cache.dtype), index)
+
+
+# XLA:CPU upcasts a 16-bit float scatter to f32 (the whole cache converted there and back for every decoded
+# token); a cache in these dtypes is stored as its uint16 bits, which are written in place.
+_BITS = {jnp.dtype(jnp.bfloat16): jnp.uint16, jnp.dtype(jnp.float16): jnp.uint16}
+
+
+def _cache_store(x, dtype):
+    """x in the cache's value dtype -> its stored form."""
+    bits = _BITS.get(jnp.dtype(dtype))
+    return x.astype(dtype) if bits is None else jax.lax.bitcast_convert_type(x.astype(dtype), bits)
+
+
+def _cache_load(buf, dtype):
+    return buf if buf.dtype == dtype else jax.lax.bitcast_convert_type(buf, dtype)
 
 
 def param_axes(cfg: ModelConfig) -> dict:
@@ -188,11 +203,13 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
     new_cache = None
     if kv_cache is not None:
         # The cache is (B, KV, S, Dh): new K/V (B, T, KV, Dh) go in at each row's index, then attend.
-        kk = _write_rows(kv_cache["k"], k.transpose(0, 2, 1, 3).astype(kv_cache["k"].dtype), cache_index, axis=2)
-        vv = _write_rows(kv_cache["v"], v.transpose(0, 2, 1, 3).astype(kv_cache["v"].dtype), cache_index, axis=2)
+        cdt = dt  # the cache holds K/V in the compute dtype (`init_cache`)
+        kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3), cdt), cache_index, axis=2)
+        vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3), cdt), cache_index, axis=2)
         new_cache = {"k": kk, "v": vv}
-        out = cached_attention(q, kk.astype(dt), vv.astype(dt), positions, kv_cache["positions"], segment_ids,
-                               kv_cache["segment_ids"], sliding_window=cfg.sliding_window)
+        out = cached_attention(q.astype(cdt), _cache_load(kk, cdt), _cache_load(vv, cdt), positions,
+                               kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
+                               sliding_window=cfg.sliding_window).astype(dt)
     elif cfg.attention_impl == "dense":
         out = dense_self_attention(q, k, v, positions, segment_ids, sliding_window=cfg.sliding_window)
     else:
@@ -310,7 +327,7 @@ def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, 
     return logits if cache is None else (logits, new_cache)
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
+def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> dict:
     """An empty KV cache of max_len slots per row; slots start as padding (segment 0).
 
     k, v: tuples of L per-layer buffers (B, KV, S, Dh), so a decode step updates each in place and attention
@@ -318,10 +335,10 @@ def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> dict:
     The caller keeps index + T <= max_len: inside jit a write past the end is clamped by XLA and would
     overwrite earlier slots (rlpt.sampling checks this on the host and reserves a scratch slot).
     """
-    dtype = cfg.dtype if dtype is None else dtype
+    store = _BITS.get(jnp.dtype(cfg.dtype), cfg.dtype)
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-    return {"k": tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
-            "v": tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+    return {"k": tuple(jnp.zeros(shape, store) for _ in range(cfg.num_layers)),
+            "v": tuple(jnp.zeros(shape, store) for _ in range(cfg.num_layers)),
             "positions": jnp.zeros((batch, max_len), jnp.int32),
             "segment_ids": jnp.zeros((batch, max_len), jnp.int32),
             "index": jnp.zeros((batch,), jnp.int32)}

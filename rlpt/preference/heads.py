@@ -96,7 +96,8 @@ def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *,
         shardings = state_shardings(optimizer, params, frozen, mesh)
         state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
                         out_shardings=shardings)(params, frozen)
-    step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings)
+    step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings,
+                               compute_dtype=model.config.compute_dtype)
     ckpt = None
     if cfg.train.ckpt_every > 0:
         fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),

@@ -125,7 +125,7 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
                         out_shardings=shardings)(trainable, frozen)
     step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings,
-                               params_fn=params_fn, donate=donate)
+                               params_fn=params_fn, donate=donate, compute_dtype=model.config.compute_dtype)
     ckpt = None
     if cfg.train.ckpt_every > 0:
         fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),

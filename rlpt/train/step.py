@@ -62,15 +62,16 @@ def _wrap_loss(loss_fn):
 
 
 def build_train_step(loss_fn: LossFn, optimizer, *, state_shardings=None, batch_shardings=None,
-                     params_fn=None, donate: bool = True, compiler_options="auto"):
+                     params_fn=None, donate: bool = True, compiler_options="auto", compute_dtype: str = "float32"):
     """jax.jit(train_step) with in/out shardings and state donation: the single jit boundary.
 
-    compiler_options: XLA options for this jit; "auto" takes `rlpt.runtime.compiler_options("train")` (the
-    YNNPACK dot library on CPU), None compiles with XLA's defaults.
+    compiler_options: XLA options for this jit; "auto" takes `rlpt.runtime.compiler_options("train",
+    compute_dtype)` (the YNNPACK dot library for float32 compute on CPU), None compiles with XLA's defaults.
+    compute_dtype: the model's compute dtype (`ModelConfig.compute_dtype`), for "auto".
     """
     step = make_train_step(_wrap_loss(loss_fn), optimizer, params_fn)
     if compiler_options == "auto":
-        compiler_options = runtime.compiler_options("train")
+        compiler_options = runtime.compiler_options("train", compute_dtype)
     kwargs = {"compiler_options": compiler_options} if compiler_options else {}
     if state_shardings is not None:
         kwargs["in_shardings"] = (state_shardings, batch_shardings)

@@ -4,14 +4,17 @@ Model: Qwen2-style, vocab 8192, hidden 256, 8 layers, 8 query / 2 KV heads (head
 tied embeddings: 9.7M parameters (2.1M of them the embedding). Prompt 32 random tokens, 128 new tokens,
 plain sampling (temperature 1, no truncation, no stop ids, every row runs to 128), batch 8 / 32 / 128.
 Both sides measured in this process on the same weights (rlpt -> save_pretrained -> AutoModelForCausalLM).
-HF runs with its KV cache in float32 and in bfloat16; the faster of the two is the peer. rlpt runs float32.
+HF runs in float32 and in bfloat16 (weights, compute and KV cache); the faster of the two is the peer. rlpt runs
+the same f32 weights at compute_dtype float32 and bfloat16 (bf16 matmuls accumulating in f32, f32 softmax and
+sampling, a bf16 KV cache); ratio = the faster rlpt variant / the faster HF variant, and the same-precision
+ratios are printed beside it.
 PyTorch's thread count is probed first (1 vs its default, short run at batch 8): on a loaded machine its
 spinning threads can make it 4x slower, and the peer gets its faster setting.
 Compile time (first call minus a warm call) is reported separately and not counted in tokens/s. A
 cache-less JAX loop (full forward over the padded buffer each step) shows what the cache buys (batch 8, and
 only --cacheless-new tokens, default 32: shorter sequences flatter the cache-less loop, so this is conservative).
 Usage: python scripts/bench/sampler.py [--batches 8,32,128] [--new 128] [--prompt 32] [--repeats 1]
-The last stdout line is the JSON summary; ratio = rlpt / HF new tokens/s at batch 32 (>1: rlpt faster).
+The last stdout line is the JSON summary; ratio = best rlpt / best HF new tokens/s at batch 32 (>1: rlpt faster).
 """
 import os
 
@@ -24,6 +27,7 @@ from rlpt.runtime import tune_malloc  # noqa: E402
 tune_malloc()
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
@@ -35,7 +39,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from rlpt.models import ModelConfig, init_model  # noqa: E402
+from rlpt.models import Model, ModelConfig, init_model  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
 from rlpt.sampling import generate  # noqa: E402
 
@@ -132,22 +136,30 @@ def main():
               flush=True)
         for B in batches:
             prompts = rng.integers(1, CONFIG.vocab_size, (B, args.prompt)).tolist()
-            ours, compile_s = bench_rlpt(model, prompts, args.new, args.repeats)
+            mine = {dt: bench_rlpt(Model(dataclasses.replace(CONFIG, compute_dtype=dt), model.params), prompts,
+                                   args.new, args.repeats) for dt in ("float32", "bfloat16")}
+            ours_dtype = max(mine, key=lambda dt: mine[dt][0])
+            ours, compile_s = mine[ours_dtype]
             hf = {dt: bench_hf(folder, prompts, args.new, args.repeats, dt) for dt in ("float32", "bfloat16")}
             peer_dtype = max(hf, key=hf.get)
-            row = dict(rlpt=ours, rlpt_compile_s=compile_s, hf_f32=hf["float32"], hf_bf16=hf["bfloat16"],
-                       peer=hf[peer_dtype], peer_dtype=peer_dtype, ratio=ours / hf[peer_dtype])
+            row = dict(rlpt=ours, rlpt_dtype=ours_dtype, rlpt_f32=mine["float32"][0], rlpt_bf16=mine["bfloat16"][0],
+                       rlpt_compile_s=compile_s, hf_f32=hf["float32"], hf_bf16=hf["bfloat16"],
+                       peer=hf[peer_dtype], peer_dtype=peer_dtype, ratio=ours / hf[peer_dtype],
+                       ratio_f32=mine["float32"][0] / hf["float32"], ratio_bf16=mine["bfloat16"][0] / hf["bfloat16"])
             if B == min(batches):
                 row["cacheless"], row["cacheless_compile_s"] = bench_cacheless(model, prompts, args.cacheless_new)
                 row["cache_speedup"] = ours / row["cacheless"]
             results[B] = row
-            print(f"batch {B:4d}: rlpt {ours:9.0f} tok/s (compile {compile_s:5.1f} s) | HF f32 {hf['float32']:8.0f}"
-                  f" bf16 {hf['bfloat16']:8.0f} tok/s | ratio {row['ratio']:5.2f}x vs HF {peer_dtype}"
+            print(f"batch {B:4d}: rlpt f32 {row['rlpt_f32']:7.0f} bf16 {row['rlpt_bf16']:7.0f} tok/s (compile"
+                  f" {compile_s:5.1f} s) | HF f32 {hf['float32']:7.0f} bf16 {hf['bfloat16']:7.0f} tok/s | ratio"
+                  f" {row['ratio']:5.2f}x (rlpt {ours_dtype} vs HF {peer_dtype}; same precision f32"
+                  f" {row['ratio_f32']:.2f}x, bf16 {row['ratio_bf16']:.2f}x)"
                   + (f" | cache-less JAX {row['cacheless']:7.0f} tok/s (cache {row['cache_speedup']:.1f}x)"
                      if "cacheless" in row else ""), flush=True)
     key = 32 if 32 in results else batches[0]
     peer_name = f"transformers generate ({results[key]['peer_dtype']})"
     print(json.dumps({"benchmark": "sampler_new_tokens_per_s", "batch": key, "ours": round(results[key]["rlpt"]),
+                      "ours_name": f"rlpt.sampling.generate ({results[key]['rlpt_dtype']} compute)",
                       "peer": round(results[key]["peer"]), "peer_name": peer_name,
                       "unit": "new tokens/s", "ratio": round(results[key]["ratio"], 2), "goal": 5.0,
                       "per_batch": {str(b): {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}

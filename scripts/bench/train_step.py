@@ -19,7 +19,8 @@ MFU = achieved FLOP/s (ModelConfig.flops_per_token, attention included) / measur
 precision (a jitted 2048^3 matmul in JAX, f32 and bf16 inputs with preferred_element_type=f32).
 
 No process-wide XLA flags are set; rlpt's step compiles with its own per-jit options
-(`rlpt.runtime.compiler_options("train")`: the YNNPACK dot library on CPU), and the script re-execs itself once
+(`rlpt.runtime.compiler_options("train", dtype)`: the YNNPACK dot library for f32 compute on CPU, XLA's
+defaults for bf16), and the script re-execs itself once
 with rlpt's glibc malloc settings (`rlpt.runtime.tune_malloc`), which both sides then run under
 (`RLPT_MALLOC_TUNING=0` measures with glibc's defaults). Thread counts are the libraries' defaults, except the
 torch *_1t variant.
@@ -98,7 +99,7 @@ class RlptStep:
         opt = make_optimizer(OPTIM, 1000)
         # our own copy: the step donates its state
         self.state = create_state(jax.tree.map(jnp.array, params), opt, seed=0)
-        self.step = build_train_step(sft_loss(cfg), opt, donate=True)
+        self.step = build_train_step(sft_loss(cfg), opt, donate=True, compute_dtype=compute_dtype)
         B, T = inputs.shape
         self.batch = {"inputs": jnp.asarray(inputs)[None], "targets": jnp.asarray(targets)[None],
                       "positions": jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (1, B, T)),
