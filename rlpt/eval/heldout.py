@@ -16,8 +16,21 @@ def heldout_tasks(domains: list[str], tiers: dict[str, list[int]], per_domain: i
     return tasks
 
 
+def family_means(tasks, values) -> dict[str, dict]:
+    """{"domain/family": {"mean", "n"}} over the tasks whose meta names a problem family (code domains), in
+    sorted order; {} when none does. A domain's number mixes families that can sit wholly on one side of the
+    train/eval split (code/* splits on the solution), so this is what tells seen from unseen problems apart."""
+    groups: dict[str, list[float]] = {}
+    for task, value in zip(tasks, values, strict=True):
+        family = task.meta.get("family")
+        if family is not None:
+            groups.setdefault(f"{task.domain}/{family}", []).append(float(value))
+    return {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(groups.items())}
+
+
 def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 128) -> dict:
-    """pass@1 (greedy) overall and per domain; returns {"pass1", "per_domain", "n"}."""
+    """pass@1 (greedy) overall, per domain and per problem family (`family_means`, where tasks name one);
+    returns {"pass1", "per_domain", "per_family", "n"}."""
     from rlpt.sampling import generate
     from rlpt.tasks import get_domain
 
@@ -34,4 +47,5 @@ def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 1
     for d, s in scores:
         per.setdefault(d, []).append(s)
     return {"pass1": float(np.mean([s for _, s in scores])) if scores else 0.0,
-            "per_domain": {d: float(np.mean(v)) for d, v in sorted(per.items())}, "n": len(scores)}
+            "per_domain": {d: float(np.mean(v)) for d, v in sorted(per.items())},
+            "per_family": family_means(tasks, [s for _, s in scores]), "n": len(scores)}

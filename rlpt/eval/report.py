@@ -27,6 +27,8 @@ def markdown(res: dict) -> str:
             "- " + ", ".join(f"{m} = {res['overall'][m]:.4f}" for m in metrics), f"- wall: {res['wall_s']} s", ""]
     body = ["## Per domain", "", *table(res["per_domain"], "domain", metrics), "",
             "## Per tier", "", *table(res["per_tier"], "tier", metrics), ""]
+    if res.get("per_family"):  # code domains split train/eval on the solution: families differ in exposure
+        body += ["## Per problem family", "", *table(res["per_family"], "family", metrics), ""]
     fails = [r for r in res["records"] if not r["passed"]][:FAILURES_SHOWN]
     if fails:
         body += [f"## First {len(fails)} failures (greedy)", "", "| task | response | details |", "|---|---|---|"]

@@ -59,6 +59,8 @@ def records_of(tasks, greedy: list[str], greedy_verdicts, samples=None, sample_v
     for i, (t, text, v) in enumerate(zip(tasks, greedy, greedy_verdicts)):
         row = {"id": t.id, "domain": t.domain, "tier": int(t.difficulty), "passed": bool(v.passed),
                "score": float(v.score), "response": text[:RESPONSE_CLIP]}
+        if t.meta.get("family") is not None:  # code domains: the problem family (rlpt.tasks.native.code)
+            row["family"] = f"{t.domain}/{t.meta['family']}"
         if not v.passed:  # JSON-safe details of the failure (scalars and lists of scalars)
             row["details"] = {k: val for k, val in v.details.items() if _plain(val)}
         if sample_verdicts is not None:
@@ -82,14 +84,17 @@ def aggregate(rows: list[dict], ks: list[int]) -> dict:
 
 
 def summarize(rows: list[dict], ks: list[int]) -> dict:
-    """Overall, per-domain and per-tier aggregates."""
-    by_domain, by_tier = {}, {}
+    """Overall, per-domain and per-tier aggregates, and per problem family where rows name one."""
+    by_domain, by_tier, by_family = {}, {}, {}
     for r in rows:
         by_domain.setdefault(r["domain"], []).append(r)
         by_tier.setdefault(str(r["tier"]), []).append(r)
+        if "family" in r:
+            by_family.setdefault(r["family"], []).append(r)
     return {"overall": aggregate(rows, ks),
             "per_domain": {d: aggregate(v, ks) for d, v in sorted(by_domain.items())},
-            "per_tier": {t: aggregate(v, ks) for t, v in sorted(by_tier.items(), key=lambda kv: int(kv[0]))}}
+            "per_tier": {t: aggregate(v, ks) for t, v in sorted(by_tier.items(), key=lambda kv: int(kv[0]))},
+            "per_family": {f: aggregate(v, ks) for f, v in sorted(by_family.items())}}
 
 
 def evaluate_suite(cfg, suite, tasks, policy_model=None) -> dict:

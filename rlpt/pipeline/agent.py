@@ -102,11 +102,14 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
 
 
 def evaluate_agent(model, tok, tasks, rcfg, seed: int) -> dict:
-    """Greedy multi-turn episodes on held-out tasks: pass rate, mean turns and tool calls per episode."""
+    """Greedy multi-turn episodes on held-out tasks: pass rate (overall and per problem family), mean turns and
+    tool calls per episode."""
+    from rlpt.eval.heldout import family_means
+
     greedy = dataclasses.replace(rcfg, group_size=1, temperature=0.0, top_k=None, top_p=None)
     traj = rollout(model, tok, tasks, greedy, seed=seed, version=-1, max_turns=rcfg.max_turns)
-    return {"pass1": float(traj.passed.mean()), "turns": float(traj.turns.mean()),
-            "tool_calls": float(traj.tool_calls.mean()), "sample": traj.texts[0]}
+    return {"pass1": float(traj.passed.mean()), "per_family": family_means(tasks, traj.passed),
+            "turns": float(traj.turns.mean()), "tool_calls": float(traj.tool_calls.mean()), "sample": traj.texts[0]}
 
 
 class EpisodeStats:
@@ -168,6 +171,14 @@ def run(cfg: Config) -> dict:
                "reward_window": k, "sft_pass1": sft_eval["pass1"], "rl_pass1": rl_eval["pass1"],
                "eval_tasks": len(eval_tasks), "max_turns": cfg.rl.rollout.max_turns, **rl["summary"],
                "wall_s": round(time.time() - t0, 2), "run_dir": os.path.abspath(out)}
+    families = sorted(set(sft_eval["per_family"]) | set(rl_eval["per_family"]))
+    if families:
+        summary["per_family"] = {f: {"n": (sft_eval["per_family"].get(f) or rl_eval["per_family"][f])["n"],
+                                     "sft_pass1": sft_eval["per_family"].get(f, {}).get("mean"),
+                                     "rl_pass1": rl_eval["per_family"].get(f, {}).get("mean")} for f in families}
+        print("[eval] held-out pass@1 per problem family (sft -> rl):", ", ".join(
+            f"{f} {v['sft_pass1']:.2f} -> {v['rl_pass1']:.2f} (n={v['n']})" for f, v in summary["per_family"].items()),
+            flush=True)
     print(f"[agent] sample episode after RL:\n{rl_eval['sample']}", flush=True)
     print_summary(summary)
     return summary

@@ -142,6 +142,11 @@ def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) ->
         idx = [i for i, t in enumerate(traj.tasks) if t.domain == d]
         row[f"reward/{d}"] = float(np.concatenate([traj.rewards[i * group_size:(i + 1) * group_size]
                                                    for i in idx]).mean())
+    from rlpt.eval.heldout import family_means
+
+    task_rewards = traj.rewards.reshape(len(traj.tasks), group_size).mean(axis=1)
+    for key, stat in family_means(traj.tasks, task_rewards).items():  # code/*: one per problem family
+        row[f"reward_family/{key}"] = stat["mean"]
     return row
 
 

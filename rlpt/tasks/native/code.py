@@ -15,9 +15,10 @@ SANDBOX_TIMEOUT_S = 10.0
 
 
 def _problem(rng, t):
+    """(problem, reference outputs, family name): the family goes into meta["family"] for per-family reports."""
     family = rng.choice(FAMILIES[t])
     problem = family(rng)
-    return problem, run_reference(problem.source, problem.entry, problem.inputs)
+    return problem, run_reference(problem.source, problem.entry, problem.inputs), family.__name__
 
 
 def _test_source(entry, inputs, outputs) -> str:
@@ -31,7 +32,7 @@ def _call(entry, args):
 
 
 def _synth(rng, t):
-    problem, outputs = _problem(rng, t)
+    problem, outputs, family = _problem(rng, t)
     prompt = (
         f"Write a Python function {problem.spec}\nExample: {_call(problem.entry, problem.inputs[0])} "
         f"== {outputs[0]!r}\nReply with the function definition only."
@@ -40,6 +41,7 @@ def _synth(rng, t):
         "answer": problem.source,
         "entry_point": problem.entry,
         "test": _test_source(problem.entry, problem.inputs, outputs),
+        "family": family,
     }
     return prompt, meta
 
@@ -59,7 +61,7 @@ def _buggy(problem, outputs, rng):
 
 
 def _repair(rng, t):
-    problem, outputs = _problem(rng, t)
+    problem, outputs, family = _problem(rng, t)
     source, failure = _buggy(problem, outputs, rng)
     if source is None:  # no planted bug changes an output on these inputs: draw again
         return None, {}
@@ -71,18 +73,19 @@ def _repair(rng, t):
         "answer": problem.source,
         "entry_point": problem.entry,
         "test": _test_source(problem.entry, problem.inputs, outputs),
+        "family": family,
     }
     return prompt, meta
 
 
 def _trace(rng, t):
-    problem, outputs = _problem(rng, t)
+    problem, outputs, family = _problem(rng, t)
     i = rng.randrange(len(problem.inputs))
     prompt = (
         f"```python\n{problem.source}```\nWhat does {_call(problem.entry, problem.inputs[i])} return? "
         "Answer with a Python literal."
     )
-    return prompt, {"answer": repr(outputs[i]), "source": problem.source}
+    return prompt, {"answer": repr(outputs[i]), "source": problem.source, "family": family}
 
 
 def extract_program(response: str) -> str | None:
