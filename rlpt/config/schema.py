@@ -126,6 +126,9 @@ class AlgoConfig:
     # The LM head and log-softmax run only on a window of columns covering each row's response (prompt
     # positions carry no loss; TRL's logits_to_keep). The loss is the same; false computes every column.
     logits_window: bool = True
+    # The G rows of a group share their prompt: it runs through the policy once per group (its K/V broadcast to
+    # the G responses, gradients summed back) instead of G times. Same loss and gradients; needs logits_window.
+    share_prefix: bool = True
     correction_level: str = "none"  # none | token | sequence | geometric
     correction_mode: str = "truncate"  # truncate | mask
     correction_cap: float = 2.0

@@ -151,14 +151,19 @@ def dense_self_attention(q, k, v, positions, segment_ids, *, sliding_window=None
     (B*KV, T*G, Dh) matmuls, the mask is one additive bias, and a custom VJP saves the probabilities so the
     backward pass touches each (T, S) score block about half as often as autodiff would.
     """
+    return dense_attention(q, k, v, positions, positions, segment_ids, segment_ids, sliding_window=sliding_window)
+
+
+def dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids, *, sliding_window=None):
+    """`dense_self_attention` of T queries over S other keys (B, S, KV, Dh): causal by global positions."""
     B, T, H, D = q.shape
-    KV = k.shape[2]
+    S, KV = k.shape[1], k.shape[2]
     G = H // KV
-    mask = attention_mask(positions, positions, segment_ids, segment_ids, causal=True,
+    mask = attention_mask(q_positions, kv_positions, q_segment_ids, kv_segment_ids, causal=True,
                           sliding_window=sliding_window)[:, 0]  # (B, T, S)
     bias = jnp.where(mask, 0.0, MASK_VALUE)
     qt = q.reshape(B, T, KV, G, D).transpose(0, 2, 1, 3, 4).reshape(B * KV, T * G, D)
-    kt, vt = (x.transpose(0, 2, 1, 3).reshape(B * KV, T, D) for x in (k, v))
+    kt, vt = (x.transpose(0, 2, 1, 3).reshape(B * KV, S, D) for x in (k, v))
     out = _dense_core(qt, kt, vt, bias, D ** -0.5)
     out = out.reshape(B, KV, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, H, D)
     return jnp.where(jnp.any(mask, axis=-1)[:, :, None, None], out, 0).astype(q.dtype)
@@ -188,8 +193,8 @@ def cached_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segme
     return out.reshape(B, KV, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, H, D).astype(q.dtype)
 
 
-def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index):
-    """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,)."""
+def _project_qkv(cfg, lp, x, cos, sin):
+    """q (B, T, H, Dh), k and v (B, T, KV, Dh) of x (B, T, D): projections, biases, QK norm, RoPE."""
     dt = cfg.dtype
     q = dense("btd,dhk->bthk", x, lp["wq"], dt)
     k = dense("btd,dhk->bthk", x, lp["wk"], dt)
@@ -199,7 +204,27 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
     if cfg.qk_norm:
         q, k = rms_norm(q, lp["q_norm"], cfg.rms_norm_eps), rms_norm(k, lp["k_norm"], cfg.rms_norm_eps)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    q = constrain(q, ("batch", "act_seq", "act_heads", "act_head_dim"))
+    return constrain(q, ("batch", "act_seq", "act_heads", "act_head_dim")), k, v
+
+
+def _output_projection(cfg, lp, out):
+    out = dense("bthk,hkd->btd", out, lp["wo"], cfg.dtype)
+    return out + lp["bo"].astype(cfg.dtype) if cfg.o_bias else out
+
+
+def _self_attention(cfg, q, k, v, positions, segment_ids):
+    """Cache-less causal self-attention by cfg.attention_impl."""
+    if cfg.attention_impl == "dense":
+        return dense_self_attention(q, k, v, positions, segment_ids, sliding_window=cfg.sliding_window)
+    return kernels.attention(q, k, v, q_positions=positions, kv_positions=positions, q_segment_ids=segment_ids,
+                             kv_segment_ids=segment_ids, causal=True, sliding_window=cfg.sliding_window,
+                             impl=cfg.attention_impl)
+
+
+def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index):
+    """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,)."""
+    dt = cfg.dtype
+    q, k, v = _project_qkv(cfg, lp, x, cos, sin)
     new_cache = None
     if kv_cache is not None:
         # The cache is (B, KV, S, Dh): new K/V (B, T, KV, Dh) go in at each row's index, then attend.
@@ -210,16 +235,9 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
         out = cached_attention(q.astype(cdt), _cache_load(kk, cdt), _cache_load(vv, cdt), positions,
                                kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
                                sliding_window=cfg.sliding_window).astype(dt)
-    elif cfg.attention_impl == "dense":
-        out = dense_self_attention(q, k, v, positions, segment_ids, sliding_window=cfg.sliding_window)
     else:
-        out = kernels.attention(q, k, v, q_positions=positions, kv_positions=positions, q_segment_ids=segment_ids,
-                                kv_segment_ids=segment_ids, causal=True, sliding_window=cfg.sliding_window,
-                                impl=cfg.attention_impl)
-    out = dense("bthk,hkd->btd", out, lp["wo"], dt)
-    if cfg.o_bias:
-        out = out + lp["bo"].astype(dt)
-    return out, new_cache
+        out = _self_attention(cfg, q, k, v, positions, segment_ids)
+    return _output_projection(cfg, lp, out), new_cache
 
 
 def _mlp_block(cfg, lp, x):
@@ -279,6 +297,62 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
         for lp in layer_list(params["layers"]):
             x, _ = body(x, lp)
     return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), None
+
+
+def hidden_states_shared_prefix(params, cfg: ModelConfig, prefix: tuple, rows: tuple, group: int):
+    """Final-norm hidden states (B, K, D) of `rows`, each attending to its group's shared `prefix` and then
+    causally to itself; the prefix runs through the model once per group instead of once per row.
+
+    prefix = (tokens, positions, segment_ids), each (B/group, Tp): the columns every row of a group has in
+    common before its own (segment 0: not there). rows = (tokens, positions, segment_ids), each (B, K):
+    rows g*group .. (g+1)*group-1 continue prefix g, at positions after it. Row r's hidden state equals that of
+    one row holding prefix g then rows[r] (`hidden_states`), up to float summation order; gradients reach the
+    prefix through its K/V, broadcast to the group (the broadcast's transpose sums them). GRPO-style groups
+    sample `group` responses to one prompt, so the prompt's forward and backward are paid once, not G times.
+    """
+    if cfg.attention_impl in ("ring", "allgather"):
+        raise ValueError(f"model.attention_impl={cfg.attention_impl!r} shards the sequence; the shared-prefix "
+                         "forward (rl.algo.share_prefix) needs whole rows")
+    (pt, pp, ps), (rt, rp, rs) = prefix, rows
+    P, B = pt.shape[0], rt.shape[0]
+    if P * group != B:
+        raise ValueError(f"shared prefix: {P} prefixes x group {group} != {B} rows")
+    pp, ps, rp, rs = (a.astype(jnp.int32) for a in (pp, ps, rp, rs))
+    xp = constrain(jnp.take(params["embed"], pt, axis=0).astype(cfg.dtype), ACT)
+    xr = constrain(jnp.take(params["embed"], rt, axis=0).astype(cfg.dtype), ACT)
+    cos_p, sin_p = rope_cos_sin(cfg, pp)
+    cos_r, sin_r = rope_cos_sin(cfg, rp)
+    kv_pos, kv_seg = jnp.concatenate([jnp.repeat(pp, group, axis=0), rp], 1), jnp.concatenate(
+        [jnp.repeat(ps, group, axis=0), rs], 1)
+
+    def body(carry, lp):
+        xp, xr = carry
+        qp, kp, vp = _project_qkv(cfg, lp, rms_norm(xp, lp["attn_norm"], cfg.rms_norm_eps), cos_p, sin_p)
+        qr, kr, vr = _project_qkv(cfg, lp, rms_norm(xr, lp["attn_norm"], cfg.rms_norm_eps), cos_r, sin_r)
+        att_p = _self_attention(cfg, qp, kp, vp, pp, ps)
+        k_all = jnp.concatenate([jnp.repeat(kp, group, axis=0), kr], axis=1)
+        v_all = jnp.concatenate([jnp.repeat(vp, group, axis=0), vr], axis=1)
+        if cfg.attention_impl == "dense":
+            att_r = dense_attention(qr, k_all, v_all, rp, kv_pos, rs, kv_seg, sliding_window=cfg.sliding_window)
+        else:
+            att_r = kernels.attention(qr, k_all, v_all, q_positions=rp, kv_positions=kv_pos, q_segment_ids=rs,
+                                      kv_segment_ids=kv_seg, causal=True, sliding_window=cfg.sliding_window,
+                                      impl=cfg.attention_impl)
+        out = []
+        for x, att in ((xp, att_p), (xr, att_r)):
+            x = constrain(x + _output_projection(cfg, lp, att), ACT)
+            x = x + _mlp_block(cfg, lp, rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps))
+            out.append(constrain(x, ACT))
+        return tuple(out), None
+
+    if cfg.remat != "none":
+        body = jax.checkpoint(body, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
+    if cfg.scan_layers:
+        (xp, xr), _ = jax.lax.scan(body, (xp, xr), params["layers"])
+    else:
+        for lp in layer_list(params["layers"]):
+            (xp, xr), _ = body((xp, xr), lp)
+    return rms_norm(xr, params["final_norm"], cfg.rms_norm_eps)
 
 
 def layer_list(layers) -> list:

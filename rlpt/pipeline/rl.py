@@ -66,27 +66,64 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
     rows["old_logp"] = rows["rollout_logp"]
     if algo.logits_window:
         rows["window"] = response_window(traj, rows["inputs"].shape[1])
+        if algo.share_prefix:
+            check_shared_prefix(rows, cfg.rl.rollout.group_size)
     return rows, {"rollout/kept_fraction": kept}
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _trainer_logp(model_cfg, params, batch):
+def shared_prefix_group(cfg: Config) -> int | None:
+    """The group size the RL loss shares prompts over (rl.algo.share_prefix), or None; checks micro-batches
+    hold whole groups. Pass it to `rl_loss(cfg.rl.algo, group)` (run_rl does)."""
+    if not cfg.rl.algo.share_prefix:
+        return None
+    if cfg.rl.rollout.prompts_per_step % cfg.optim.grad_accum:
+        raise ValueError(f"rl.algo.share_prefix: rl.rollout.prompts_per_step={cfg.rl.rollout.prompts_per_step} is "
+                         f"not divisible by optim.grad_accum={cfg.optim.grad_accum}, so a micro-batch would split "
+                         "a group; change one or set rl.algo.share_prefix=false")
+    return cfg.rl.rollout.group_size
+
+
+def check_shared_prefix_mesh(cfg: Config, mesh) -> None:
+    if cfg.rl.algo.share_prefix and mesh.shape.get("seq", 1) > 1:
+        raise ValueError("rl.algo.share_prefix needs whole rows on each device; the mesh shards the sequence "
+                         f"(seq={mesh.shape['seq']}): set rl.algo.share_prefix=false")
+
+
+def check_shared_prefix(rows: dict, group: int) -> None:
+    """rl.algo.share_prefix's premise: rows come in consecutive groups of `group` whose columns before the
+    window start are identical (one prompt, sampled G times). Raises naming the first group where not."""
+    B, W = rows["inputs"].shape
+    if B % group:
+        raise ValueError(f"rl.algo.share_prefix: {B} rows are not whole groups of rl.rollout.group_size={group}")
+    starts = rows["window"][:, 0].reshape(-1, group)
+    for g in range(B // group):
+        r0, s = g * group, int(starts[g, 0])
+        same = (starts[g] == s).all() and all(
+            (rows[k][r0:r0 + group, :s] == rows[k][r0, :s]).all() for k in ("inputs", "positions", "segment_ids"))
+        if not same:
+            raise ValueError(f"rl.algo.share_prefix: the rows of group {g} (rows {r0}..{r0 + group - 1}) do not "
+                             "share their columns before the logit window; set rl.algo.share_prefix=false")
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _trainer_logp(model_cfg, params, batch, group=None):
     """log p(target) (A, b, K or T) for micro-batches (A, b, ...), one micro-batch at a time."""
-    return jax.lax.map(lambda mb: token_logprobs_entropy(params, model_cfg, mb)[0], batch)
+    return jax.lax.map(lambda mb: token_logprobs_entropy(params, model_cfg, mb, group)[0], batch)
 
 
-def recompute_old_logp(trainer, batch: dict) -> dict:
+def recompute_old_logp(trainer, batch: dict, group: int | None = None) -> dict:
     """The batch with old_logp = the trainer's log-probs of its targets under the current params, before this
     update (no gradient), 0 off the loss mask; rollout_logp stays the sampler's.
 
     rl.algo.old_logp=recompute: the PPO ratio is taken against the trainer's own forward, so the rollout /
     trainer mismatch (another numeric path, or an older policy in async mode: decoupled PPO's proximal
-    policy) is left to rl.algo.correction_level. Runs in the step's micro-batches (optim.grad_accum).
+    policy) is left to rl.algo.correction_level. Runs in the step's micro-batches (optim.grad_accum);
+    group: the shared-prefix group size (rl.algo.share_prefix), None for full rows.
     """
     keys = ("inputs", "targets", "positions", "segment_ids") + (("window",) if "window" in batch else ())
     rows = microbatch({k: np.asarray(batch[k]) for k in keys}, trainer.cfg.optim.grad_accum)
     with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
-        logp = _trainer_logp(trainer.model_cfg, trainer.model().params, shard_batch(rows, trainer.mesh))
+        logp = _trainer_logp(trainer.model_cfg, trainer.model().params, shard_batch(rows, trainer.mesh), group)
     logp = np.asarray(logp, np.float32).reshape(len(batch["inputs"]), -1)
     if "window" in batch:  # back to row columns
         full = np.zeros(batch["inputs"].shape, np.float32)
@@ -103,6 +140,9 @@ def check_algo(algo) -> None:
         raise ValueError(f"rl.algo.correction_level={algo.correction_level!r} reweights trainer / rollout "
                          "log-probs, but rl.algo.old_logp='rollout' makes them the same array (every weight 1): "
                          "set rl.algo.old_logp=recompute")
+    if algo.share_prefix and not algo.logits_window:
+        raise ValueError("rl.algo.share_prefix=true runs each group's prompt once and the responses in the logit "
+                         "window, so it needs rl.algo.logits_window=true (or set rl.algo.share_prefix=false)")
 
 
 def restore_history(path: str, start: int) -> list[dict]:
@@ -178,7 +218,9 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     algo, G = cfg.rl.algo, cfg.rl.rollout.group_size
     frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 and algo.kl_in == "loss" else None
     # Async keeps older policy versions alive for the producer, so their buffers cannot be donated.
-    trainer = make_trainer(rcfg, rl_loss(algo), init=init_model, extra_frozen=frozen, donate=not asynchronous)
+    share = shared_prefix_group(cfg)
+    trainer = make_trainer(rcfg, rl_loss(algo, share), init=init_model, extra_frozen=frozen, donate=not asynchronous)
+    check_shared_prefix_mesh(cfg, trainer.mesh)
     curriculum = build_curriculum(cfg.curriculum, cfg.domains)
     cstate = curriculum.init_state()
     meta = maybe_resume(trainer)
@@ -212,7 +254,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                                      f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
             t1 = time.time()
             if algo.old_logp == "recompute":
-                batch = recompute_old_logp(trainer, batch)
+                batch = recompute_old_logp(trainer, batch, share)
             metrics = to_float(trainer.step(batch))
             train_s = time.time() - t1
             cstate = curriculum.update(cstate, task_outcomes(traj, G))

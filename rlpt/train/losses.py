@@ -2,7 +2,7 @@
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.transformer import forward, hidden_states, logits_from_hidden
+from rlpt.models.transformer import forward, hidden_states, hidden_states_shared_prefix, logits_from_hidden
 
 
 def token_logprobs(params, model_cfg, batch):
@@ -36,16 +36,39 @@ def in_window(batch, x):
     return x if "window" not in batch else jnp.take_along_axis(x, batch["window"], axis=1)
 
 
-def token_logprobs_entropy(params, model_cfg, batch):
+def shared_prefix_streams(batch, group: int):
+    """(prefix, rows) for `hidden_states_shared_prefix` from RL rows with a logit window: each group's columns
+    before its window start (the same in all its rows, `check_shared_prefix`) and each row's window columns."""
+    window = batch["window"]
+    W, K = batch["inputs"].shape[1], window.shape[1]
+    cols = jnp.arange(W - K)[None]  # a window starts at W - K at the latest
+    first = slice(None, None, group)  # the first row of each group
+    seen = (cols < window[first, :1]).astype(jnp.int32)
+    prefix = (batch["inputs"][first, :W - K], batch["positions"][first, :W - K],
+              batch["segment_ids"][first, :W - K] * seen)
+    rows = tuple(in_window(batch, batch[k]) for k in ("inputs", "positions", "segment_ids"))
+    return prefix, rows
+
+
+def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None):
     """(log p(target), entropy of the next-token distribution), both (B, T) f32.
 
     With batch["window"] (B, K) column indices (`rlpt.rollout.single_turn.response_window`), the LM head,
     log-softmax and entropy run only at those columns and both outputs are (B, K): the prompt positions of an
     RL row carry no loss, and their logits are most of the head's cost (TRL's `logits_to_keep`).
+    group: rows come in groups of this many that share every column before their window (rl.algo.share_prefix):
+    the shared columns run once per group (`hidden_states_shared_prefix`); needs a window.
     """
-    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
     targets = batch["targets"]
-    if "window" in batch:
+    if group is not None:
+        if "window" not in batch:
+            raise ValueError("rl.algo.share_prefix needs the logit window (rl.algo.logits_window=true)")
+        prefix, rows = shared_prefix_streams(batch, group)
+        hidden = hidden_states_shared_prefix(params, model_cfg, prefix, rows, group)
+        targets = in_window(batch, targets)
+    else:
+        hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    if group is None and "window" in batch:
         hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
         targets = in_window(batch, targets)
     logits = logits_from_hidden(params, model_cfg, hidden).astype(jnp.float32)
@@ -56,8 +79,11 @@ def token_logprobs_entropy(params, model_cfg, batch):
     return picked, entropy
 
 
-def rl_loss(algo_cfg):
+def rl_loss(algo_cfg, group_size: int | None = None):
     """Policy-gradient loss from registry names; batch carries advantages, old_logp (and rollout_logp).
+
+    group_size: with rl.algo.share_prefix, the rows of a group share their prompt columns, which then run
+    through the policy (and the KL reference) once per group.
 
     Returns (loss_sum, weight): with scope "step" the train step divides the summed numerator by the
     summed denominator of all micro-batches (whole-step normalisation); with "micro" each micro-batch is
@@ -70,6 +96,7 @@ def rl_loss(algo_cfg):
     kl_fn = get_kl(algo_cfg.kl_estimator) if algo_cfg.kl_coef > 0 and algo_cfg.kl_in == "loss" else None
     if algo_cfg.scope not in ("step", "micro"):
         raise ValueError(f"rl.algo.scope={algo_cfg.scope!r}; expected 'step' or 'micro'")
+    group = group_size if algo_cfg.share_prefix else None
 
     def factory(model_cfg):
         def loss_fn(params, frozen, batch, rng):
@@ -77,7 +104,7 @@ def rl_loss(algo_cfg):
             # Per-token arrays at the logit window's columns (all columns without a window).
             mask = in_window(batch, batch["loss_mask"]).astype(jnp.float32)
             old_logp, rollout_logp = in_window(batch, batch["old_logp"]), in_window(batch, batch["rollout_logp"])
-            logp, entropy = token_logprobs_entropy(params, model_cfg, batch)
+            logp, entropy = token_logprobs_entropy(params, model_cfg, batch, group)
             per_token, metrics = policy_loss(logp, old_logp, in_window(batch, batch["advantages"]), mask,
                                              **algo_cfg.policy_loss_kwargs)
             if algo_cfg.correction_level != "none":
@@ -88,7 +115,7 @@ def rl_loss(algo_cfg):
                 mask = mask * keep
                 metrics = {**metrics, **{f"correction/{k}": v for k, v in cmetrics.items()}}
             if kl_fn is not None:
-                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch)
+                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch, group)
                 kl = kl_fn(logp, jax.lax.stop_gradient(ref_logp))
                 per_token = per_token + algo_cfg.kl_coef * kl
                 metrics["kl"] = jnp.sum(kl * mask) / jnp.maximum(jnp.sum(mask), 1.0)

@@ -129,15 +129,17 @@ def test_recompute_old_logp_is_the_trainers_forward_and_bad_settings_fail():
     from rlpt.train.loop import make_trainer
 
     cfg = compose(["model.vocab_size=32", "model.hidden_size=32", "model.intermediate_size=64", "model.num_layers=1",
-                   "mesh=fsdp", "train.ckpt_every=0", "optim.grad_accum=2", "rl.algo.old_logp=recompute"])
+                   "mesh=fsdp", "train.ckpt_every=0", "optim.grad_accum=2", "rl.algo.old_logp=recompute",
+                   "rl.rollout.group_size=3"])
     trainer = make_trainer(cfg, rl_loss(cfg.rl.algo))
-    traj = _traj(3)
     params = trainer.model().params
-    for window in (True, False):
-        cfg.rl.algo.logits_window = window
+    # _traj's "groups" have different prompts, so they run as full rows; _group_traj shares them (groups of 3,
+    # 6 prompts: 3 per micro-batch).
+    for window, share, traj in ((True, False, _traj(3)), (False, False, _traj(3)), (True, True, _group_traj(3, P=6))):
+        cfg.rl.algo.logits_window, cfg.rl.algo.share_prefix = window, share
         batch, _ = make_batch(traj, cfg, 64)
         assert ("window" in batch) == window
-        out = recompute_old_logp(trainer, batch)
+        out = recompute_old_logp(trainer, batch, 3 if share else None)
         want = np.asarray(token_logprobs(params, trainer.model_cfg, to_rows(traj, 64))) * batch["loss_mask"]
         np.testing.assert_allclose(out["old_logp"], want, rtol=1e-5, atol=1e-6)
         assert np.array_equal(out["rollout_logp"], batch["rollout_logp"])
@@ -159,8 +161,14 @@ def test_logits_window_under_a_permuted_sequence_layout():
 
     cfg = compose(["model.vocab_size=32", "model.hidden_size=32", "model.intermediate_size=64",
                    "model.num_layers=1", "mesh=seq", "mesh.seq=2", "mesh.data=4", "model.attention_impl=ring",
-                   "data.cp_layout=zigzag", "train.ckpt_every=0"])
+                   "data.cp_layout=zigzag", "train.ckpt_every=0", "rl.algo.share_prefix=false"])
     trainer = make_trainer(cfg, rl_loss(cfg.rl.algo))
+    from rlpt.pipeline.rl import check_shared_prefix_mesh
+
+    cfg.rl.algo.share_prefix = True
+    with pytest.raises(ValueError, match="shards the sequence"):
+        check_shared_prefix_mesh(cfg, trainer.mesh)
+    cfg.rl.algo.share_prefix = False
     batch, _ = make_batch(_traj(5), cfg, 64)
     assert "window" in batch
     params = jax.device_get(trainer.state.params)  # before the step donates them
@@ -168,3 +176,80 @@ def test_logits_window_under_a_permuted_sequence_layout():
     dense = dataclasses.replace(trainer.model_cfg, attention_impl="dense")
     num, den, _ = jax.jit(lambda p, b: rl_loss(cfg.rl.algo)(dense)(p, {}, b, None))(params, full)
     np.testing.assert_allclose(float(trainer.step(batch)["loss"]), float(num / den), rtol=1e-5)
+
+
+def _group_traj(seed, P=3, G=3, N=7):
+    """P prompts (ragged, 2-9 tokens) sampled G times each, ragged responses; group 0 fills the whole row."""
+    from rlpt.rollout.single_turn import Trajectories
+
+    rng = np.random.default_rng(seed)
+    plens = rng.integers(2, 10, P)
+    plens[0] = 10
+    prompts = [p for n in plens for p in [rng.integers(3, 32, n).tolist()] * G]
+    lengths = rng.integers(1, N + 1, P * G)
+    lengths[0] = N  # its window shifts left into the prompt: the shared prefix ends before the prompt does
+    R = P * G
+    return Trajectories(tasks=[None] * R, prompts=prompts, response=rng.integers(3, 32, (R, N)).astype(np.int32),
+                        lengths=lengths, rollout_logp=-rng.random((R, N)).astype(np.float32),
+                        rewards=rng.random(R).astype(np.float32), passed=np.zeros(R, bool),
+                        group_ids=np.repeat(np.arange(P), G), truncated=np.zeros(R, bool), version=0, gen_s=0.0,
+                        verify_s=0.0, texts=[""] * R)
+
+
+@pytest.mark.parametrize("impl", ["dense", "reference"])
+@pytest.mark.parametrize("algo", [
+    dict(aggregation="token-mean", entropy_coef=0.01),
+    dict(policy_loss="gspo", aggregation="seq-mean-token-mean", kl_coef=0.1, old_logp="recompute",
+         correction_level="token", correction_mode="mask")], ids=["ppo-entropy", "gspo-kl-mis"])
+def test_shared_prefix_gives_the_same_loss_metrics_and_gradients(algo, impl):
+    """Each group's prompt once (rl.algo.share_prefix), K/V broadcast to its rows: same as full rows."""
+    import dataclasses
+
+    from rlpt.pipeline.rl import check_shared_prefix
+    from rlpt.rollout.single_turn import response_window, to_rows
+
+    cfg = dataclasses.replace(CFG, num_layers=2, attention_impl=impl)
+    params, ref = init_model(cfg, 4).params, init_model(cfg, 5).params
+    traj = _group_traj(11)
+    rows = to_rows(traj, 64)
+    mask = rows["loss_mask"]
+    rng = np.random.default_rng(1)
+    rows["advantages"] = (rng.normal(size=(len(mask), 1)) * mask).astype(np.float32)
+    rows["old_logp"] = (np.asarray(token_logprobs(params, cfg, rows)) + 0.3 * rng.normal(size=mask.shape)) * mask
+    rows["window"] = response_window(traj, mask.shape[1])
+    assert rows["window"][0, 0] < len(traj.prompts[0]) - 1  # the shifted window case is covered
+    check_shared_prefix(rows, 3)
+    batch = jax.tree.map(jnp.asarray, rows)
+
+    def run(group):
+        loss_fn = rl_loss(AlgoConfig(**algo), group)(cfg)
+
+        def f(p):
+            num, den, metrics = loss_fn(p, {"ref": ref}, batch, None)
+            return num / den, (num, den, metrics)
+        return jax.jit(jax.grad(f, has_aux=True))(params)
+
+    (g1, (n1, d1, m1)), (g2, (n2, d2, m2)) = run(None), run(3)
+    assert float(d1) == float(d2)
+    np.testing.assert_allclose(float(n2), float(n1), rtol=1e-5)
+    for k in m1:
+        np.testing.assert_allclose(float(m2[k]), float(m1[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6)
+
+
+def test_shared_prefix_rejects_rows_that_do_not_share_it():
+    from rlpt.pipeline.rl import check_algo, check_shared_prefix
+    from rlpt.rollout.single_turn import response_window, to_rows
+
+    traj = _group_traj(12)
+    rows = to_rows(traj, 64)
+    rows["window"] = response_window(traj, rows["inputs"].shape[1])
+    bad = dict(rows, inputs=rows["inputs"].copy())
+    bad["inputs"][4, 0] += 1  # row 4 (group 1) has another prompt
+    with pytest.raises(ValueError, match="group 1 .*rl.algo.share_prefix=false"):
+        check_shared_prefix(bad, 3)
+    with pytest.raises(ValueError, match="not whole groups"):
+        check_shared_prefix(rows, 4)
+    with pytest.raises(ValueError, match="needs rl.algo.logits_window=true"):
+        check_algo(AlgoConfig(logits_window=False))
