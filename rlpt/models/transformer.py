@@ -18,7 +18,7 @@ def _write_rows(cache, new, index, axis=1):
     """Per-row write of T new entries at each row's own index (B,): cache (B, .., S, ..) <- new (B, .., T, ..)
     along `axis`. For T=1 XLA emits one small scatter that updates the (donated) cache in place."""
     write = lambda c, u, i: jax.lax.dynamic_update_slice_in_dim(c, u, i, axis=axis - 1)  # noqa: E731
-    return jax.vmap(write)(cache, new.astype(cache.dtype), index)
+    return jax.vmap(write)(cache, new, index)
 
 
 # XLA:CPU upcasts a 16-bit float scatter to f32 (the whole cache converted there and back for every decoded
@@ -26,10 +26,10 @@ def _write_rows(cache, new, index, axis=1):
 _BITS = {jnp.dtype(jnp.bfloat16): jnp.uint16, jnp.dtype(jnp.float16): jnp.uint16}
 
 
-def _cache_store(x, dtype):
-    """x in the cache's value dtype -> its stored form."""
-    bits = _BITS.get(jnp.dtype(dtype))
-    return x.astype(dtype) if bits is None else jax.lax.bitcast_convert_type(x.astype(dtype), bits)
+def _cache_store(x):
+    """K/V values (in the compute dtype) -> the cache's stored form."""
+    bits = _BITS.get(jnp.dtype(x.dtype))
+    return x if bits is None else jax.lax.bitcast_convert_type(x, bits)
 
 
 def _cache_load(buf, dtype):
@@ -212,13 +212,14 @@ def _output_projection(cfg, lp, out):
     return out + lp["bo"].astype(cfg.dtype) if cfg.o_bias else out
 
 
-def _self_attention(cfg, q, k, v, positions, segment_ids):
-    """Cache-less causal self-attention by cfg.attention_impl."""
+def _attention(cfg, q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids):
+    """Cache-less causal attention of q over k/v (B, S, KV, Dh) by cfg.attention_impl."""
     if cfg.attention_impl == "dense":
-        return dense_self_attention(q, k, v, positions, segment_ids, sliding_window=cfg.sliding_window)
-    return kernels.attention(q, k, v, q_positions=positions, kv_positions=positions, q_segment_ids=segment_ids,
-                             kv_segment_ids=segment_ids, causal=True, sliding_window=cfg.sliding_window,
-                             impl=cfg.attention_impl)
+        return dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids,
+                               sliding_window=cfg.sliding_window)
+    return kernels.attention(q, k, v, q_positions=q_positions, kv_positions=kv_positions,
+                             q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, causal=True,
+                             sliding_window=cfg.sliding_window, impl=cfg.attention_impl)
 
 
 def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index):
@@ -228,15 +229,14 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
     new_cache = None
     if kv_cache is not None:
         # The cache is (B, KV, S, Dh): new K/V (B, T, KV, Dh) go in at each row's index, then attend.
-        cdt = dt  # the cache holds K/V in the compute dtype (`init_cache`)
-        kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3), cdt), cache_index, axis=2)
-        vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3), cdt), cache_index, axis=2)
+        # The cache holds K/V in the compute dtype (`init_cache`), 16-bit floats as their bits.
+        kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3)), cache_index, axis=2)
+        vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3)), cache_index, axis=2)
         new_cache = {"k": kk, "v": vv}
-        out = cached_attention(q.astype(cdt), _cache_load(kk, cdt), _cache_load(vv, cdt), positions,
-                               kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
-                               sliding_window=cfg.sliding_window).astype(dt)
+        out = cached_attention(q, _cache_load(kk, dt), _cache_load(vv, dt), positions, kv_cache["positions"],
+                               segment_ids, kv_cache["segment_ids"], sliding_window=cfg.sliding_window)
     else:
-        out = _self_attention(cfg, q, k, v, positions, segment_ids)
+        out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids)
     return _output_projection(cfg, lp, out), new_cache
 
 
@@ -254,9 +254,14 @@ def _mlp_block(cfg, lp, x):
 def _block(cfg, x, lp, cos, sin, positions, segment_ids, kv_cache, cache_index):
     h = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
     attn, new_cache = _attention_block(cfg, lp, h, cos, sin, positions, segment_ids, kv_cache, cache_index)
+    return _residual_mlp(cfg, lp, x, attn), new_cache
+
+
+def _residual_mlp(cfg, lp, x, attn):
+    """The rest of a block after attention: residual add, then the MLP on the post-attention norm."""
     x = constrain(x + attn, ACT)
     x = x + _mlp_block(cfg, lp, rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps))
-    return constrain(x, ACT), new_cache
+    return constrain(x, ACT)
 
 
 _REMAT = {
@@ -287,16 +292,21 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
         return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), new_cache
 
     def body(x, lp):
-        return _block(cfg, x, lp, cos, sin, positions, segment_ids, None, None)[0], None
+        return _block(cfg, x, lp, cos, sin, positions, segment_ids, None, None)[0]
 
+    x = _run_layers(cfg, body, x, params["layers"])
+    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), None
+
+
+def _run_layers(cfg, body, carry, layers):
+    """carry through body(carry, layer_params) for every layer: remat per cfg.remat, lax.scan or unrolled."""
     if cfg.remat != "none":
         body = jax.checkpoint(body, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
     if cfg.scan_layers:
-        x, _ = jax.lax.scan(body, x, params["layers"])
-    else:
-        for lp in layer_list(params["layers"]):
-            x, _ = body(x, lp)
-    return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), None
+        return jax.lax.scan(lambda c, lp: (body(c, lp), None), carry, layers)[0]
+    for lp in layer_list(layers):
+        carry = body(carry, lp)
+    return carry
 
 
 def hidden_states_shared_prefix(params, cfg: ModelConfig, prefix: tuple, rows: tuple, group: int):
@@ -322,36 +332,22 @@ def hidden_states_shared_prefix(params, cfg: ModelConfig, prefix: tuple, rows: t
     xr = constrain(jnp.take(params["embed"], rt, axis=0).astype(cfg.dtype), ACT)
     cos_p, sin_p = rope_cos_sin(cfg, pp)
     cos_r, sin_r = rope_cos_sin(cfg, rp)
-    kv_pos, kv_seg = jnp.concatenate([jnp.repeat(pp, group, axis=0), rp], 1), jnp.concatenate(
-        [jnp.repeat(ps, group, axis=0), rs], 1)
+
+    def with_prefix(a_prefix, a_rows):  # each row's keys: its group's prefix, then its own columns
+        return jnp.concatenate([jnp.repeat(a_prefix, group, axis=0), a_rows], axis=1)
+
+    kv_pos, kv_seg = with_prefix(pp, rp), with_prefix(ps, rs)
 
     def body(carry, lp):
         xp, xr = carry
         qp, kp, vp = _project_qkv(cfg, lp, rms_norm(xp, lp["attn_norm"], cfg.rms_norm_eps), cos_p, sin_p)
         qr, kr, vr = _project_qkv(cfg, lp, rms_norm(xr, lp["attn_norm"], cfg.rms_norm_eps), cos_r, sin_r)
-        att_p = _self_attention(cfg, qp, kp, vp, pp, ps)
-        k_all = jnp.concatenate([jnp.repeat(kp, group, axis=0), kr], axis=1)
-        v_all = jnp.concatenate([jnp.repeat(vp, group, axis=0), vr], axis=1)
-        if cfg.attention_impl == "dense":
-            att_r = dense_attention(qr, k_all, v_all, rp, kv_pos, rs, kv_seg, sliding_window=cfg.sliding_window)
-        else:
-            att_r = kernels.attention(qr, k_all, v_all, q_positions=rp, kv_positions=kv_pos, q_segment_ids=rs,
-                                      kv_segment_ids=kv_seg, causal=True, sliding_window=cfg.sliding_window,
-                                      impl=cfg.attention_impl)
-        out = []
-        for x, att in ((xp, att_p), (xr, att_r)):
-            x = constrain(x + _output_projection(cfg, lp, att), ACT)
-            x = x + _mlp_block(cfg, lp, rms_norm(x, lp["mlp_norm"], cfg.rms_norm_eps))
-            out.append(constrain(x, ACT))
-        return tuple(out), None
+        att_p = _attention(cfg, qp, kp, vp, pp, pp, ps, ps)
+        att_r = _attention(cfg, qr, with_prefix(kp, kr), with_prefix(vp, vr), rp, kv_pos, rs, kv_seg)
+        return tuple(_residual_mlp(cfg, lp, x, _output_projection(cfg, lp, att))
+                     for x, att in ((xp, att_p), (xr, att_r)))
 
-    if cfg.remat != "none":
-        body = jax.checkpoint(body, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
-    if cfg.scan_layers:
-        (xp, xr), _ = jax.lax.scan(body, (xp, xr), params["layers"])
-    else:
-        for lp in layer_list(params["layers"]):
-            (xp, xr), _ = body((xp, xr), lp)
+    _, xr = _run_layers(cfg, body, (xp, xr), params["layers"])
     return rms_norm(xr, params["final_norm"], cfg.rms_norm_eps)
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.config.schema import Config
+from rlpt.eval.heldout import family_means
 from rlpt.observe.observers import default_observers
 from rlpt.observe.tags import task_outcomes
 from rlpt.parallel import axis_rules
@@ -182,8 +183,6 @@ def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) ->
         idx = [i for i, t in enumerate(traj.tasks) if t.domain == d]
         row[f"reward/{d}"] = float(np.concatenate([traj.rewards[i * group_size:(i + 1) * group_size]
                                                    for i in idx]).mean())
-    from rlpt.eval.heldout import family_means
-
     task_rewards = traj.rewards.reshape(len(traj.tasks), group_size).mean(axis=1)
     for key, stat in family_means(traj.tasks, task_rewards).items():  # code/*: one per problem family
         row[f"reward_family/{key}"] = stat["mean"]

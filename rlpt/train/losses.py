@@ -59,18 +59,15 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None):
     group: rows come in groups of this many that share every column before their window (rl.algo.share_prefix):
     the shared columns run once per group (`hidden_states_shared_prefix`); needs a window.
     """
-    targets = batch["targets"]
     if group is not None:
         if "window" not in batch:
             raise ValueError("rl.algo.share_prefix needs the logit window (rl.algo.logits_window=true)")
-        prefix, rows = shared_prefix_streams(batch, group)
-        hidden = hidden_states_shared_prefix(params, model_cfg, prefix, rows, group)
-        targets = in_window(batch, targets)
+        hidden = hidden_states_shared_prefix(params, model_cfg, *shared_prefix_streams(batch, group), group)
     else:
         hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
-    if group is None and "window" in batch:
-        hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
-        targets = in_window(batch, targets)
+        if "window" in batch:
+            hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
+    targets = in_window(batch, batch["targets"])
     logits = logits_from_hidden(params, model_cfg, hidden).astype(jnp.float32)
     logz = jax.nn.logsumexp(logits, axis=-1)
     logp_all = logits - logz[..., None]

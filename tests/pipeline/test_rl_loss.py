@@ -105,14 +105,7 @@ def test_logits_window_gives_the_same_loss_metrics_and_gradients(algo):
     full = jax.tree.map(jnp.asarray, rows)
     windowed = full | {"window": jnp.asarray(response_window(traj, mask.shape[1]))}
     loss_fn = rl_loss(AlgoConfig(**algo))(CFG)
-
-    def run(batch):
-        def f(p):
-            num, den, metrics = loss_fn(p, {"ref": ref}, batch, None)
-            return num / den, (num, den, metrics)
-        return jax.jit(jax.grad(f, has_aux=True))(params)
-
-    (g1, (n1, d1, m1)), (g2, (n2, d2, m2)) = run(full), run(windowed)
+    (g1, (n1, d1, m1)), (g2, (n2, d2, m2)) = (_grads_and_loss(loss_fn, params, ref, b) for b in (full, windowed))
     assert float(d1) == float(d2)
     np.testing.assert_allclose(float(n2), float(n1), rtol=1e-6)
     assert m1.keys() == m2.keys()
@@ -120,6 +113,14 @@ def test_logits_window_gives_the_same_loss_metrics_and_gradients(algo):
         np.testing.assert_allclose(float(m2[k]), float(m1[k]), rtol=1e-5, atol=1e-7, err_msg=k)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-7)
+
+
+def _grads_and_loss(loss_fn, params, ref, batch):
+    """Gradient of num / den, and (num, den, metrics), of an rl_loss at params (jitted)."""
+    def f(p):
+        num, den, metrics = loss_fn(p, {"ref": ref}, batch, None)
+        return num / den, (num, den, metrics)
+    return jax.jit(jax.grad(f, has_aux=True))(params)
 
 
 def test_recompute_old_logp_is_the_trainers_forward_and_bad_settings_fail():
@@ -220,16 +221,8 @@ def test_shared_prefix_gives_the_same_loss_metrics_and_gradients(algo, impl):
     assert rows["window"][0, 0] < len(traj.prompts[0]) - 1  # the shifted window case is covered
     check_shared_prefix(rows, 3)
     batch = jax.tree.map(jnp.asarray, rows)
-
-    def run(group):
-        loss_fn = rl_loss(AlgoConfig(**algo), group)(cfg)
-
-        def f(p):
-            num, den, metrics = loss_fn(p, {"ref": ref}, batch, None)
-            return num / den, (num, den, metrics)
-        return jax.jit(jax.grad(f, has_aux=True))(params)
-
-    (g1, (n1, d1, m1)), (g2, (n2, d2, m2)) = run(None), run(3)
+    (g1, (n1, d1, m1)), (g2, (n2, d2, m2)) = (
+        _grads_and_loss(rl_loss(AlgoConfig(**algo), group)(cfg), params, ref, batch) for group in (None, 3))
     assert float(d1) == float(d2)
     np.testing.assert_allclose(float(n2), float(n1), rtol=1e-5)
     for k in m1:

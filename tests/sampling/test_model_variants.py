@@ -43,7 +43,7 @@ def test_bf16_cache_is_stored_as_bits_and_decodes_like_recomputation():
     cache = init_cache(cfg, 2, 6)
     assert cache["k"][0].dtype == jnp.uint16
     new = jnp.asarray(np.random.default_rng(0).normal(size=(2, 2, 1, 8)), jnp.bfloat16)
-    out = _cache_load(_write_rows(cache["k"][0][..., :8], _cache_store(new, jnp.bfloat16), jnp.array([1, 4]),
+    out = _cache_load(_write_rows(cache["k"][0][..., :8], _cache_store(new), jnp.array([1, 4]),
                                   axis=2), jnp.bfloat16)
     assert out.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(out[0, :, 1:2], np.float32), np.asarray(new[0], np.float32))
