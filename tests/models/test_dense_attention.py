@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import kernels
-from rlpt.models.transformer import dense_self_attention
+from rlpt.models.transformer import causal_chunks, dense_attention, dense_self_attention
 
 
 def _inputs(dtype):
@@ -42,3 +42,43 @@ def test_dense_matches_reference_values_and_grads(window):
     for a, b in zip(g1, g2):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-5, rtol=1e-5)
     assert float(jnp.abs(o2[2, 17:]).max()) == 0.0
+
+
+@pytest.mark.parametrize("layout", ["packed", "permuted"])
+@pytest.mark.parametrize("window", [None, 5])
+def test_causal_chunks_match_the_reference(layout, window):
+    """Block skipping (4 query chunks over their own and earlier key chunks) gives the reference's values and
+    gradients; with columns permuted (a query sees keys in later chunks) the device check runs the full block."""
+    q, k, v, pos, seg = _inputs(jnp.float32)
+    if layout == "permuted":
+        perm = np.random.default_rng(2).permutation(q.shape[1])
+        q, k, v, pos, seg = q[:, perm], k[:, perm], v[:, perm], pos[:, perm], seg[:, perm]
+    w = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
+
+    def ref(q, k, v):
+        out = kernels.attention(q, k, v, q_positions=pos, kv_positions=pos, q_segment_ids=seg,
+                                kv_segment_ids=seg, sliding_window=window, impl="reference")
+        return jnp.sum(out * w), out
+
+    def chunked(q, k, v):
+        out = dense_attention(q, k, v, pos, pos, seg, seg, sliding_window=window, causal_chunks=4)
+        return jnp.sum(out * w), out
+
+    (_, o1), g1 = jax.value_and_grad(ref, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    (_, o2), g2 = jax.jit(jax.value_and_grad(chunked, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+    np.testing.assert_allclose(np.asarray(o2), np.asarray(o1), atol=2e-6)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-5, rtol=1e-5)
+
+
+def test_causal_chunks_skip_the_upper_blocks():
+    """With the premise broken only in the skipped blocks' keys, the chunked result would differ: the check must
+    see it. A query in the first chunk that may see a key of the last chunk (same segment, lower position)."""
+    q, k, v, pos, seg = _inputs(jnp.float32)
+    pos = pos.at[0, 23].set(0)  # the last column of row 0 is visible from every earlier query of its segment
+    full = dense_attention(q, k, v, pos, pos, seg, seg)
+    chunked = dense_attention(q, k, v, pos, pos, seg, seg, causal_chunks=4)
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), atol=2e-6)
+    assert causal_chunks(256) == 4 and causal_chunks(24) == 1 and causal_chunks(130) == 1
+    with pytest.raises(ValueError, match="causal_chunks=4"):
+        dense_attention(q, k[:, :20], v[:, :20], pos, pos[:, :20], seg, seg[:, :20], causal_chunks=4)
