@@ -190,6 +190,7 @@ def dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segmen
     bias = jnp.where(mask, 0.0, MASK_VALUE)
     qt = q.reshape(B, T, KV, G, D).transpose(0, 2, 1, 3, 4).reshape(B * KV, T * G, D)
     kt, vt = (x.transpose(0, 2, 1, 3).reshape(B * KV, S, D) for x in (k, v))
+    scale = D ** -0.5
     if causal_chunks > 1:
         if T != S or T % causal_chunks:
             raise ValueError(f"dense_attention: causal_chunks={causal_chunks} needs self-attention with a column "
@@ -197,10 +198,10 @@ def dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segmen
         col = np.arange(T) // (T // causal_chunks)
         later = jnp.asarray(col[None, :] > col[:, None])  # (T, S): key chunk after the query's chunk
         skippable = ~jnp.any(mask & later)
-        out = jax.lax.cond(skippable, lambda *a: _chunked_core(*a, D ** -0.5, causal_chunks),
-                           lambda *a: _dense_core(*a, D ** -0.5), qt, kt, vt, bias)
+        out = jax.lax.cond(skippable, lambda *a: _chunked_core(*a, scale, causal_chunks),
+                           lambda *a: _dense_core(*a, scale), qt, kt, vt, bias)
     else:
-        out = _dense_core(qt, kt, vt, bias, D ** -0.5)
+        out = _dense_core(qt, kt, vt, bias, scale)
     out = out.reshape(B, KV, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, H, D)
     return jnp.where(jnp.any(mask, axis=-1)[:, :, None, None], out, 0).astype(q.dtype)
 
@@ -251,10 +252,11 @@ def _output_projection(cfg, lp, out):
 def _attention(cfg, q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids, *, self_attention=False):
     """Cache-less causal attention of q over k/v (B, S, KV, Dh) by cfg.attention_impl; self_attention: q and
     k/v are the same columns (dense attention then skips the blocks above the diagonal, `causal_chunks`)."""
+    if cfg.attention_impl == "dense" and self_attention:
+        return dense_self_attention(q, k, v, q_positions, q_segment_ids, sliding_window=cfg.sliding_window)
     if cfg.attention_impl == "dense":
         return dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids,
-                               sliding_window=cfg.sliding_window,
-                               causal_chunks=causal_chunks(q.shape[1]) if self_attention else 1)
+                               sliding_window=cfg.sliding_window)
     return kernels.attention(q, k, v, q_positions=q_positions, kv_positions=kv_positions,
                              q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, causal=True,
                              sliding_window=cfg.sliding_window, impl=cfg.attention_impl)

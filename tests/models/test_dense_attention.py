@@ -22,9 +22,9 @@ def _inputs(dtype):
     return q, k, v, jnp.asarray(pos), jnp.asarray(seg)
 
 
-@pytest.mark.parametrize("window", [None, 5])
-def test_dense_matches_reference_values_and_grads(window):
-    q, k, v, pos, seg = _inputs(jnp.float32)
+def _assert_matches_reference(attend, q, k, v, pos, seg, window):
+    """attend(q, k, v) (jitted with its gradients) equals the kernels' reference in values and gradients;
+    returns attend's output."""
     w = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
 
     def ref(q, k, v):
@@ -32,16 +32,24 @@ def test_dense_matches_reference_values_and_grads(window):
                                 kv_segment_ids=seg, sliding_window=window, impl="reference")
         return jnp.sum(out * w), out
 
-    def dense(q, k, v):
-        out = dense_self_attention(q, k, v, pos, seg, sliding_window=window)
+    def mine(q, k, v):
+        out = attend(q, k, v)
         return jnp.sum(out * w), out
 
     (_, o1), g1 = jax.value_and_grad(ref, argnums=(0, 1, 2), has_aux=True)(q, k, v)
-    (_, o2), g2 = jax.value_and_grad(dense, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    (_, o2), g2 = jax.jit(jax.value_and_grad(mine, argnums=(0, 1, 2), has_aux=True))(q, k, v)
     np.testing.assert_allclose(np.asarray(o2), np.asarray(o1), atol=2e-6)
     for a, b in zip(g1, g2):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-5, rtol=1e-5)
-    assert float(jnp.abs(o2[2, 17:]).max()) == 0.0
+    return o2
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_dense_matches_reference_values_and_grads(window):
+    q, k, v, pos, seg = _inputs(jnp.float32)
+    out = _assert_matches_reference(lambda q, k, v: dense_self_attention(q, k, v, pos, seg, sliding_window=window),
+                                    q, k, v, pos, seg, window)
+    assert float(jnp.abs(out[2, 17:]).max()) == 0.0
 
 
 @pytest.mark.parametrize("layout", ["packed", "permuted"])
@@ -53,22 +61,9 @@ def test_causal_chunks_match_the_reference(layout, window):
     if layout == "permuted":
         perm = np.random.default_rng(2).permutation(q.shape[1])
         q, k, v, pos, seg = q[:, perm], k[:, perm], v[:, perm], pos[:, perm], seg[:, perm]
-    w = jnp.asarray(np.random.default_rng(1).normal(size=q.shape), jnp.float32)
-
-    def ref(q, k, v):
-        out = kernels.attention(q, k, v, q_positions=pos, kv_positions=pos, q_segment_ids=seg,
-                                kv_segment_ids=seg, sliding_window=window, impl="reference")
-        return jnp.sum(out * w), out
-
-    def chunked(q, k, v):
-        out = dense_attention(q, k, v, pos, pos, seg, seg, sliding_window=window, causal_chunks=4)
-        return jnp.sum(out * w), out
-
-    (_, o1), g1 = jax.value_and_grad(ref, argnums=(0, 1, 2), has_aux=True)(q, k, v)
-    (_, o2), g2 = jax.jit(jax.value_and_grad(chunked, argnums=(0, 1, 2), has_aux=True))(q, k, v)
-    np.testing.assert_allclose(np.asarray(o2), np.asarray(o1), atol=2e-6)
-    for a, b in zip(g1, g2):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=2e-5, rtol=1e-5)
+    _assert_matches_reference(
+        lambda q, k, v: dense_attention(q, k, v, pos, pos, seg, seg, sliding_window=window, causal_chunks=4),
+        q, k, v, pos, seg, window)
 
 
 def test_causal_chunks_skip_the_upper_blocks():
