@@ -150,15 +150,16 @@ def _inclusive_cumsum(x):
     return jnp.matmul(x, tri, precision=jax.lax.Precision.HIGHEST)
 
 
-def categorical(logprobs, uniforms):
-    """Inverse-CDF draw of one token per row: logprobs (B, V) f32 (log-softmax, -inf = excluded), uniforms
-    (B,) in [0, 1) -> tokens (B,) int32.
+def categorical(weights, uniforms):
+    """Inverse-CDF draw of one token per row: weights (B, V) f32, non-negative and unnormalised (e.g.
+    exp(logits - max); 0 = excluded, at least one positive per row), uniforms (B,) in [0, 1) -> tokens (B,)
+    int32.
 
     Two levels (block masses, then within the chosen block) keep every cumsum short and avoid any sort.
     """
-    B, V = logprobs.shape
+    B, V = weights.shape
     nb = -(-V // _CDF_BLOCK)
-    probs = jnp.pad(jnp.exp(logprobs), ((0, 0), (0, nb * _CDF_BLOCK - V))).reshape(B, nb, _CDF_BLOCK)
+    probs = jnp.pad(weights, ((0, 0), (0, nb * _CDF_BLOCK - V))).reshape(B, nb, _CDF_BLOCK)
     block_mass = jnp.sum(probs, axis=-1)  # (B, nb)
     block_cdf = _inclusive_cumsum(block_mass)
     # u in (0, 1] so that the chosen token always has positive probability.
@@ -174,21 +175,38 @@ def categorical(logprobs, uniforms):
     return (block * _CDF_BLOCK + jnp.minimum(pos, last_pos)).astype(jnp.int32)
 
 
+def _softmax_parts(logits):
+    """(max, exp(logits - max), log of the sum of those) of logits (B, V): log_softmax(logits) at token t is
+    logits[t] - max - log_total, so one exp pass over the vocabulary serves the draw and the log-probs."""
+    top = jnp.max(logits, axis=-1, keepdims=True)
+    weights = jnp.exp(logits - top)
+    return top[:, 0], weights, jnp.log(jnp.sum(weights, axis=-1))
+
+
 def sample(methods: tuple, logits, uniforms):
     """Draw next tokens: logits (B, V), uniforms (B,) in [0, 1) -> (tokens, sampling logprobs, raw logprobs).
 
     Raw logprobs are log_softmax(logits) at temperature 1 with no truncation (the policy's own probability,
     what importance ratios need); sampling logprobs are under the distribution the token was drawn from
-    (0 for greedy). All outputs (B,).
+    (0 for greedy). All outputs (B,). Only the sampled tokens' log-probs are formed: the (B, V) log-softmax
+    is never materialised, and with no methods (temperature 1, no truncation) one exp pass serves both.
     """
     logits = logits.astype(jnp.float32)
-    raw = jax.nn.log_softmax(logits, axis=-1)
+    top, weights, log_total = _softmax_parts(logits)
+
+    def at(x, tokens):
+        return jnp.take_along_axis(x, tokens[:, None], axis=-1)[:, 0]
+
     if any(isinstance(m, Greedy) for m in methods):
         tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         sampling_lp = jnp.zeros(tokens.shape, jnp.float32)
     else:
-        adjusted = jax.nn.log_softmax(apply_methods(methods, logits), axis=-1) if methods else raw
-        tokens = categorical(adjusted, uniforms)
-        sampling_lp = jnp.take_along_axis(adjusted, tokens[:, None], axis=-1)[:, 0]
-    raw_lp = jnp.take_along_axis(raw, tokens[:, None], axis=-1)[:, 0]
+        if methods:
+            adjusted = apply_methods(methods, logits)
+            a_top, a_weights, a_log_total = _softmax_parts(adjusted)
+        else:
+            adjusted, a_top, a_weights, a_log_total = logits, top, weights, log_total
+        tokens = categorical(a_weights, uniforms)
+        sampling_lp = at(adjusted, tokens) - a_top - a_log_total
+    raw_lp = at(logits, tokens) - top - log_total
     return tokens, sampling_lp, raw_lp

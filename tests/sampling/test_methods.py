@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from rlpt.sampling.methods import categorical
 from rlpt.sampling import MinP, Temperature, TopK, TopP, apply_methods, make_methods, row_uniforms, sample
 from tests.sampling.helpers import log_softmax
 
@@ -116,3 +117,18 @@ def test_row_uniforms_are_uniform_and_independent_of_batch_layout():
     np.testing.assert_array_equal(np.asarray(row_uniforms(key, rows[perm], np.zeros_like(rows))), u[perm])
     nxt = np.asarray(row_uniforms(key, rows, np.ones_like(rows)))
     assert abs(np.corrcoef(u, nxt)[0, 1]) < 0.05
+
+
+def test_categorical_takes_unnormalised_weights():
+    """categorical draws from weights in proportion (their scale does not matter) and never a zero weight."""
+    w = np.array(jnp.exp(jax.random.normal(jax.random.key(5), (8, 1000)) * 2))
+    w[:, ::3] = 0.0
+    u = jax.random.uniform(jax.random.key(6), (200, 8))
+    a = np.stack([np.asarray(categorical(jnp.asarray(w), ui)) for ui in u])
+    b = np.stack([np.asarray(categorical(jnp.asarray(w * 37.5), ui)) for ui in u])
+    assert (a % 3 != 0).all() and (b % 3 != 0).all()
+    assert (a == b).mean() > 0.995
+    # The inverse CDF by hand: the first token whose cumulative weight reaches (1 - u) * total.
+    cdf = np.cumsum(w.astype(np.float64), axis=1)
+    ref = np.stack([[np.searchsorted(cdf[r], (1 - float(ui[r])) * cdf[r, -1]) for r in range(8)] for ui in u])
+    assert (a == ref).mean() > 0.995
