@@ -1,12 +1,20 @@
 """reasoning-gym generators mended: exact, bounded re-implementations of item generators whose cost has no
-upper bound, and filters for degenerate items that would make a tier easier than the one below it.
+upper bound, generators made independent of the hash seed, and filters for degenerate items that would make a
+tier easier than the one below it.
 
-Each subclass yields the very items of the library's class (same random draws, same dict) but stops work
-whose result the library throws away anyway; tests/tasks/test_generation.py compares them item by item.
+The bounded subclass yields the very items of the library's class (same random draws, same dict) but stops work
+whose result the library throws away anyway; tests/tasks/test_generation.py compares them item by item. The
+seeded ones draw from a set in sorted order where the library draws in hash order (so its item for a seed
+changed with PYTHONHASHSEED from one process to the next): the same distribution, now a function of the seed
+alone (tests/tasks/test_hash_seed.py).
 """
 
 from random import Random
 
+import sympy
+from reasoning_gym.algebra.polynomial_multiplication import PolynomialMultiplicationDataset
+from reasoning_gym.algorithmic.isomorphic_strings import IsomorphicStringsDataset
+from reasoning_gym.algorithmic.ransom_note import RansomNoteDataset
 from reasoning_gym.cognition.number_sequences import (
     DATASET_NAME,
     NumberSequenceDataset,
@@ -79,7 +87,44 @@ def settled_sequence(item: dict) -> str | None:
     return None
 
 
+class SortedLetters(frozenset):
+    """A frozenset of letters that iterates in sorted order, also after `-` (the generators below turn it into
+    a list for rng.choice)."""
+
+    def __iter__(self):
+        return iter(sorted(frozenset.__iter__(self)))
+
+    def __sub__(self, other):
+        return SortedLetters(frozenset.__sub__(self, other))
+
+
+class SeededIsomorphicStringsDataset(IsomorphicStringsDataset):
+    """`isomorphic_strings` drawing letters from a sorted alphabet (the library's is a set)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.letters = SortedLetters(self.letters)
+
+
+class SeededRansomNoteDataset(RansomNoteDataset):
+    """`ransom_note` drawing letters from a sorted alphabet (the library's is a set)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.letters = SortedLetters(self.letters)
+
+
+class SeededPolynomialMultiplicationDataset(PolynomialMultiplicationDataset):
+    """`polynomial_multiplication` choosing among monomials in sympy's canonical order (the library lists
+    `itermonomials`' set)."""
+
+    def _get_monomials(self, rng: Random):
+        return sorted(super()._get_monomials(rng), key=sympy.default_sort_key)
+
+
 # reasoning-gym dataset name -> the class used in its place.
-REPLACEMENTS = {DATASET_NAME: BoundedNumberSequenceDataset}
+REPLACEMENTS = {DATASET_NAME: BoundedNumberSequenceDataset, "isomorphic_strings": SeededIsomorphicStringsDataset,
+                "ransom_note": SeededRansomNoteDataset,
+                "polynomial_multiplication": SeededPolynomialMultiplicationDataset}
 # reasoning-gym dataset name -> item -> why the item is rejected (re-drawn), or None to keep it.
 ITEM_FILTERS = {DATASET_NAME: settled_sequence}

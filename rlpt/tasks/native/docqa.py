@@ -51,9 +51,12 @@ def _filler(rs: np.random.Generator, town_chars: int, chars: int) -> list[str]:
 
 
 def _town_names(rng, n):
-    names: set[str] = set()
+    # Distinct names in the order drawn: a set's order would follow PYTHONHASHSEED, not the task seed.
+    names: list[str] = []
     while len(names) < n:
-        names.add("".join(rng.sample(_SYL, rng.randint(2, 3))).capitalize())
+        name = "".join(rng.sample(_SYL, rng.randint(2, 3))).capitalize()
+        if name not in names:
+            names.append(name)
     return sorted(names, key=lambda _: rng.random())
 
 

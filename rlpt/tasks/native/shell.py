@@ -111,7 +111,7 @@ def _make(rng, t):
         "The current directory contains these files:\n" + listing + "\nWrite a bash script that does, "
         "in order:\n" + "\n".join(f"{i + 1}. {s[0]}" for i, s in enumerate(steps)) + "\nReply with the script only."
     )
-    expected = {**{p: c for p, c in fs.items()}, **{d + "/": None for d in dirs}}
+    expected = {**{p: c for p, c in fs.items()}, **{d + "/": None for d in sorted(dirs)}}
     for p in fs:  # parent folders of moved files are part of the state
         if "/" in p:
             expected[p.rsplit("/", 1)[0] + "/"] = None

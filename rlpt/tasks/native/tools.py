@@ -57,12 +57,19 @@ def _lookup(rng, t):
     }
 
 
+def _distinct(rng, n, draw) -> list[str]:
+    """n distinct draws in the order drawn (a set's order would follow PYTHONHASHSEED, not the task seed)."""
+    out: list[str] = []
+    while len(out) < n:
+        name = draw()
+        if name not in out:
+            out.append(name)
+    return out
+
+
 def _search(rng, t):
     n_countries = 3 + 4 * t
-    names = set()
-    while len(names) < 2 * n_countries:
-        names.add("".join(rng.sample(_SYL, 2)).capitalize())
-    names = list(names)
+    names = _distinct(rng, 2 * n_countries, lambda: "".join(rng.sample(_SYL, 2)).capitalize())
     countries, capitals = names[:n_countries], names[n_countries:]
     docs = [f"The capital of {c} is {k}." for c, k in zip(countries, capitals)]
     leaders = {k: f"{rng.choice('ABCDEFGH')}. {rng.choice(_SYL).capitalize()}" for k in capitals}
