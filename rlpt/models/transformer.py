@@ -262,8 +262,9 @@ def _attention(cfg, q, k, v, q_positions, kv_positions, q_segment_ids, kv_segmen
                              sliding_window=cfg.sliding_window, impl=cfg.attention_impl)
 
 
-def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index):
-    """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,)."""
+def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index, window=None):
+    """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,) and the queries
+    attend to the first `window` slots (all when None)."""
     dt = cfg.dtype
     q, k, v = _project_qkv(cfg, lp, x, cos, sin)
     new_cache = None
@@ -273,8 +274,10 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
         kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3)), cache_index, axis=2)
         vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3)), cache_index, axis=2)
         new_cache = {"k": kk, "v": vv}
-        out = cached_attention(q, _cache_load(kk, dt), _cache_load(vv, dt), positions, kv_cache["positions"],
-                               segment_ids, kv_cache["segment_ids"], sliding_window=cfg.sliding_window)
+        w = slice(None, window)
+        out = cached_attention(q, _cache_load(kk[:, :, w], dt), _cache_load(vv[:, :, w], dt), positions,
+                               kv_cache["positions"][:, w], segment_ids, kv_cache["segment_ids"][:, w],
+                               sliding_window=cfg.sliding_window)
     else:
         out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids, self_attention=True)
     return _output_projection(cfg, lp, out), new_cache
@@ -291,9 +294,10 @@ def _mlp_block(cfg, lp, x):
     return out + lp["b_down"].astype(dt) if cfg.mlp_bias else out
 
 
-def _block(cfg, x, lp, cos, sin, positions, segment_ids, kv_cache, cache_index):
+def _block(cfg, x, lp, cos, sin, positions, segment_ids, kv_cache, cache_index, window=None):
     h = rms_norm(x, lp["attn_norm"], cfg.rms_norm_eps)
-    attn, new_cache = _attention_block(cfg, lp, h, cos, sin, positions, segment_ids, kv_cache, cache_index)
+    attn, new_cache = _attention_block(cfg, lp, h, cos, sin, positions, segment_ids, kv_cache, cache_index,
+                                       window)
     return _residual_mlp(cfg, lp, x, attn), new_cache
 
 
@@ -311,12 +315,14 @@ _REMAT = {
 }
 
 
-def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None):
+def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None,
+                  cache_window=None):
     """Final-norm hidden states (B, T, D) for tokens (B, T); returns (hidden, new_cache or None).
 
     positions (B, T) default to arange; segment_ids (B, T) default to ones (0 marks padding).
     cache: from `init_cache`; the T new tokens are written at cache["index"] (B,) and attend to every
-    filled slot of their segment.
+    filled slot of their segment. cache_window (static): attention reads only the first cache_window slots,
+    which must hold every slot written so far and now (decoding a short prefix of a long cache reads less).
     """
     B, T = tokens.shape
     if positions is None:
@@ -328,7 +334,7 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
     x = constrain(x, ACT)
     cos, sin = rope_cos_sin(cfg, positions)
     if cache is not None:
-        x, new_cache = _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache)
+        x, new_cache = _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, cache_window)
         return rms_norm(x, params["final_norm"], cfg.rms_norm_eps), new_cache
 
     def body(x, lp):
@@ -402,7 +408,7 @@ def layer_list(layers) -> list:
     return [jax.tree.map(lambda a, i=i: a[i], layers) for i in range(num_layers)]
 
 
-def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache):
+def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, window=None):
     """The layers over `init_cache`'s per-layer buffers, unrolled: each layer writes its own K/V buffer in place
     (a scan would slice and re-stack the whole cache every call). params["layers"] may be a `layer_list`."""
     index = cache["index"]
@@ -411,7 +417,7 @@ def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache):
     ks, vs = [], []
     for lp, k, v in zip(layer_list(params["layers"]), cache["k"], cache["v"], strict=True):
         lc = {"k": k, "v": v, "positions": kv_positions, "segment_ids": kv_segments}
-        x, new = _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index)
+        x, new = _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index, window)
         ks.append(new["k"])
         vs.append(new["v"])
     return x, {"k": tuple(ks), "v": tuple(vs), "positions": kv_positions, "segment_ids": kv_segments,

@@ -61,14 +61,15 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     return emit(state, logits, methods, stop_ids)
 
 
-def decode_step(params, cfg, methods, stop_ids, state: SamplingState) -> SamplingState:
+def decode_step(params, cfg, methods, stop_ids, state: SamplingState, window=None) -> SamplingState:
     """Write every live row's last token into the cache and draw the next one.
 
-    params["layers"] should be a `layer_list` made outside the loop (see `decode`).
+    params["layers"] should be a `layer_list` made outside the loop (see `decode`); window: attend to the
+    first `window` cache slots only (they must hold every slot written so far and in this step).
     """
     active = ~state.done
     hidden, cache = hidden_states(params, cfg, state.last_token[:, None], state.positions[:, None],
-                                  active.astype(jnp.int32)[:, None], cache=state.cache)
+                                  active.astype(jnp.int32)[:, None], cache=state.cache, cache_window=window)
     logits = logits_from_hidden(params, cfg, hidden)[:, 0]
     # Finished rows wrote a segment-0 (invisible) token into their next free slot; do not advance them.
     cache = constrain_cache(dict(cache, index=jnp.where(active, cache["index"], state.cache["index"])))
@@ -76,9 +77,13 @@ def decode_step(params, cfg, methods, stop_ids, state: SamplingState) -> Samplin
     return emit(state, logits, methods, stop_ids)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids"), donate_argnames=("state",))
-def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods, stop_ids) -> SamplingState:
-    """Decode until at least target_done rows are done or max_steps steps ran (both dynamic scalars)."""
+@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "window"), donate_argnames=("state",))
+def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods, stop_ids,
+           window=None) -> SamplingState:
+    """Decode until at least target_done rows are done or max_steps steps ran (both dynamic scalars).
+
+    window (static): attention reads the first `window` cache slots only; the caller guarantees that every row's
+    index stays below it for these max_steps steps (`generate` decodes in phases of growing windows)."""
     # Split the stacked layer weights once: slices taken inside the loop body are copied on every step.
     params = dict(params, layers=layer_list(params["layers"]))
 
@@ -88,7 +93,7 @@ def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods
 
     def body(carry):
         s, k = carry
-        return decode_step(params, cfg, methods, stop_ids, s), k + 1
+        return decode_step(params, cfg, methods, stop_ids, s, window), k + 1
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))
     return state

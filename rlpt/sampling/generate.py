@@ -11,6 +11,9 @@ from rlpt.sampling.methods import make_methods
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
 
 MIN_BUCKET = 8
+# At least this many decode steps in `generate`'s first decode call (`decode_phases`: each call attends to the
+# cache prefix filled by its end, in windows that double).
+DECODE_PHASE = 32
 
 
 @dataclasses.dataclass
@@ -107,14 +110,18 @@ def to_generation(state: SamplingState, keep_state: bool) -> Generation:
 
 
 def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_k=None, top_p=None,
-             stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True) -> Generation:
+             stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True,
+             decode_phase=DECODE_PHASE) -> Generation:
     """Sample continuations of ragged prompts with a KV cache; see `Generation` for the result.
 
     max_new_tokens: an int, or one limit per prompt. temperature 0 is greedy. The cache holds
     max_cache_len tokens per row (prompt + generated; default: the prompt bucket + max_new_tokens); a row
     that fills it ends with finish reason "cache_full". Under `mesh` rows shard over the data axes and heads
     over `tensor` (place params with `shard_params` first). keep_state keeps the cache for
-    `continue_generation`.
+    `continue_generation`. decode_phase: decode in calls whose attention reads only the cache prefix filled
+    by their end, the first call at least decode_phase steps long and the windows doubling (`decode_phases`;
+    0: one call over the whole cache). Each window is one more compiled shape; the results are the same up to
+    float rounding (a sum over fewer masked slots).
     """
     cfg, params = model.config, model.params
     methods = make_methods(temperature, top_k, top_p, min_p)
@@ -131,9 +138,35 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
         state = engine.prefill(params, tokens, lengths, limits, seed_key(seed),
                                np.arange(len(prompts) * n, dtype=np.uint32), cfg=cfg, methods=methods,
                                stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width)
-        state = engine.decode(params, state, len(prompts) * n, width, cfg=cfg, methods=methods,
-                              stop_ids=stop_ids)
+        for steps, window in decode_phases(int(lengths.max()), width, cache_len, decode_phase):
+            state = engine.decode(params, state, len(prompts) * n, steps, cfg=cfg, methods=methods,
+                                  stop_ids=stop_ids, window=window)
     return to_generation(state, keep_state)
+
+
+def decode_phases(longest: int, width: int, cache_len: int, phase: int | None):
+    """(steps, attention window) of each decode call after a prefill whose longest prompt has `longest` tokens.
+
+    Decoding writes slot index + k at step k, so the filled prefix of the cache grows during decoding: the
+    first call attends to the first bucket(longest + phase) slots (a power of two), each later one to twice
+    the previous window, the last to the whole cache. A 128-token decode after 32-token prompts reads 120
+    slots per step on average instead of 161, in three compiled shapes that repeat across prompt lengths and
+    token budgets. phase 0 or None decodes in one call over the whole cache.
+    """
+    if not phase:
+        return [(width, None)]
+    out, done, window = [], 0, bucket(longest + phase)
+    while done < width:  # as many steps as one call takes: prefill drew the first token, the last may find all done
+        if window >= cache_len:
+            out.append((width - done, None))
+            break
+        # every slot written in this call (at most longest - 1 + done + steps) lies below the window
+        steps = min(width - done, window - longest - done)
+        if steps > 0:
+            out.append((steps, window))
+            done += steps
+        window *= 2
+    return out
 
 
 def continue_generation(model, generation: Generation, appended, max_new_tokens, *, temperature=1.0,

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rlpt.sampling.methods import categorical
 from rlpt.sampling import MinP, Temperature, TopK, TopP, apply_methods, make_methods, row_uniforms, sample
+from rlpt.sampling.methods import categorical
 from tests.sampling.helpers import log_softmax
 
 LOGITS = np.array([2.0, 1.5, 1.0, 0.5, 0.0, -1.0, -3.0], np.float32)
