@@ -24,9 +24,10 @@ def fingerprint(*configs) -> str:
 class Checkpointer:
     """Wraps ocp.CheckpointManager: save(step, state, meta) every `every` steps, restore the latest."""
 
-    def __init__(self, directory: str, *, every: int, keep: int, fingerprint: str, async_save: bool = True):
+    def __init__(self, directory: str, *, every: int, keep: int, fingerprint: str, async_save: bool = True,
+                 seed: int | None = None):
         self.directory = os.path.abspath(directory)
-        self.fingerprint = fingerprint
+        self.fingerprint, self.seed = fingerprint, seed
         opts = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=max(every, 1),
                                             enable_async_checkpointing=async_save, create=True)
         self.manager = ocp.CheckpointManager(self.directory, options=opts)
@@ -42,12 +43,20 @@ class Checkpointer:
                 f"{self.directory}: checkpoint at step {step} was written by a different model/optimizer "
                 f"config (fingerprint {meta.get('fingerprint')} != {self.fingerprint}); use another "
                 f"train.out_dir or train.resume=never with a new folder. Nothing was overwritten.")
+        # Another seed is another run: resuming it would continue (and report) that run's results as this one's.
+        if self.seed is not None and meta.get("seed") is not None and int(meta["seed"]) != int(self.seed):
+            raise IncompatibleCheckpoint(
+                f"{self.directory}: checkpoint at step {step} belongs to a run with train.seed={meta['seed']}, "
+                f"not train.seed={self.seed}; give this run its own folder (e.g. train.out_dir=<dir>_seed"
+                f"{self.seed}) or train.resume=never with a new folder. Nothing was overwritten.")
 
     def latest_step(self):
         return self.manager.latest_step()
 
     def save(self, step: int, state, meta: dict, *, force: bool = False) -> bool:
         meta = dict(meta, fingerprint=self.fingerprint, step=int(step))
+        if self.seed is not None:
+            meta["seed"] = int(self.seed)
         return self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                                meta=ocp.args.JsonSave(meta)), force=force)
 

@@ -131,7 +131,7 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
                          dataclasses.asdict(cfg.lora))
         ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
-                            keep=cfg.train.keep, fingerprint=fp)
+                            keep=cfg.train.keep, fingerprint=fp, seed=cfg.train.seed)
     return Trainer(cfg, mesh, model.config, state, step_fn, params_fn, ckpt,
                    make_schedule(cfg.optim, cfg.train.steps))
 

@@ -49,6 +49,19 @@ def test_incompatible_checkpoint_refused(tmp_path):
     assert sorted(os.listdir(tmp_path / "checkpoints")) == before
 
 
+def test_checkpoint_of_another_seed_refused(tmp_path):
+    """resume=auto in a folder holding another seed's run refuses instead of reporting that run as this one."""
+    base = ["model.hidden_size=32", "model.intermediate_size=64", "train.ckpt_every=1", f"train.out_dir={tmp_path}"]
+    trainer = make_trainer(compose(base), sft_loss)
+    trainer.checkpointer.save(1, trainer.state, {"data": {}}, force=True)
+    trainer.checkpointer.close()
+    before = sorted(os.listdir(tmp_path / "checkpoints"))
+    with pytest.raises(IncompatibleCheckpoint, match=r"train.seed=0, not train.seed=1"):
+        make_trainer(compose(base + ["train.seed=1"]), sft_loss)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == before
+    make_trainer(compose(base), sft_loss).checkpointer.close()  # the same seed resumes
+
+
 def test_progressive_length_curriculum(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) + "\n" for i in range(50)))
