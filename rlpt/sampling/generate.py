@@ -171,13 +171,13 @@ def decode_phases(longest: int, width: int, cache_len: int, phase: int | None):
 
 def continue_generation(model, generation: Generation, appended, max_new_tokens, *, temperature=1.0,
                         top_k=None, top_p=None, stop_ids=(), min_p=None, mesh=None,
-                        keep_state=True) -> Generation:
+                        keep_state=True, decode_phase=DECODE_PHASE) -> Generation:
     """Append tokens to finished rows and keep decoding from the cached prefix (multi-turn).
 
     appended: one entry per row of `generation`: a list of token ids (e.g. a tool's output, may be empty)
     to add after the row's generated tokens, or None to leave the row finished (it then returns 0 tokens).
     The row's sequence so far (prompt + every generated token) is not recomputed. `generation` is consumed:
-    its cache moves into the result.
+    its cache moves into the result. decode_phase: as in `generate`, from the fullest row's filled slots.
     """
     cfg, params = model.config, model.params
     state = generation.state
@@ -222,5 +222,8 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     with _mesh_scope(mesh):
         state = engine.append(params, state, feed, feed_lengths, limits, cfg=cfg, methods=methods,
                               stop_ids=stop_ids, width=width)
-        state = engine.decode(params, state, R, width, cfg=cfg, methods=methods, stop_ids=stop_ids)
+        filled = int((index + feed_lengths).max())  # every row's data lies below its own index
+        for steps, window in decode_phases(filled, width, capacity + 1, decode_phase):
+            state = engine.decode(params, state, R, steps, cfg=cfg, methods=methods, stop_ids=stop_ids,
+                                  window=window)
     return to_generation(state, keep_state)

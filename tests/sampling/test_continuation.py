@@ -16,19 +16,20 @@ def check_turn(model, context, out, row):
     return list(context) + list(new)
 
 
-def test_two_turns_match_full_recomputation():
+@pytest.mark.parametrize("phase", [32, 2])  # 2: the later turns decode in attention windows of 32 slots, then 49
+def test_two_turns_match_full_recomputation(phase):
     model = tiny_model()
-    first = generate(model, PROMPTS, 6, temperature=0.0, stop_ids=(3,), max_cache_len=48)
+    first = generate(model, PROMPTS, 6, temperature=0.0, stop_ids=(3,), max_cache_len=48, decode_phase=phase)
     contexts = [check_turn(model, p, first, i) for i, p in enumerate(PROMPTS)]
     tool_outputs = [[20, 21, 22], None, [], [60, 61, 62, 63, 1, 2, 3, 4, 5], [9]]
-    second = continue_generation(model, first, tool_outputs, 8, temperature=0.0)
+    second = continue_generation(model, first, tool_outputs, 8, temperature=0.0, decode_phase=phase)
     assert first.state is None  # the cache moved into `second`
     assert second.lengths[1] == 0
     for i, extra in enumerate(tool_outputs):
         if extra is not None:
             contexts[i] = check_turn(model, contexts[i] + extra, second, i)
     third = continue_generation(model, second, [[5, 6], [7], None, [8], [1, 2, 3, 4]], [4, 4, 4, 4, 4],
-                                temperature=0.0)
+                                temperature=0.0, decode_phase=phase)
     # Row 1 sat out turn 2 and resumes after its turn-1 tokens; row 2 sits out turn 3.
     contexts[1] = check_turn(model, contexts[1] + [7], third, 1)
     for i, extra in [(0, [5, 6]), (3, [8]), (4, [1, 2, 3, 4])]:
