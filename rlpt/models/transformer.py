@@ -264,7 +264,7 @@ def _attention(cfg, q, k, v, q_positions, kv_positions, q_segment_ids, kv_segmen
 
 def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index, window=None):
     """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,) and the queries
-    attend to the first `window` slots (all when None)."""
+    attend to the first `window` slots (all when None; kv_cache's positions/segment_ids come cut to it)."""
     dt = cfg.dtype
     q, k, v = _project_qkv(cfg, lp, x, cos, sin)
     new_cache = None
@@ -276,7 +276,7 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
         new_cache = {"k": kk, "v": vv}
         w = slice(None, window)
         out = cached_attention(q, _cache_load(kk[:, :, w], dt), _cache_load(vv[:, :, w], dt), positions,
-                               kv_cache["positions"][:, w], segment_ids, kv_cache["segment_ids"][:, w],
+                               kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
                                sliding_window=cfg.sliding_window)
     else:
         out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids, self_attention=True)
@@ -415,8 +415,9 @@ def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, wind
     kv_positions = _write_rows(cache["positions"], positions, index)
     kv_segments = _write_rows(cache["segment_ids"], segment_ids, index)
     ks, vs = [], []
+    seen = {"positions": kv_positions[:, :window], "segment_ids": kv_segments[:, :window]}  # what attention reads
     for lp, k, v in zip(layer_list(params["layers"]), cache["k"], cache["v"], strict=True):
-        lc = {"k": k, "v": v, "positions": kv_positions, "segment_ids": kv_segments}
+        lc = {"k": k, "v": v, **seen}
         x, new = _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index, window)
         ks.append(new["k"])
         vs.append(new["v"])

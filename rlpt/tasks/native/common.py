@@ -36,6 +36,17 @@ def domain(
     )
 
 
+def distinct(n: int, draw) -> list:
+    """n distinct values of draw() in the order drawn (collecting them in a set would order them by
+    PYTHONHASHSEED, not by the task seed)."""
+    out: list = []
+    while len(out) < n:
+        value = draw()
+        if value not in out:
+            out.append(value)
+    return out
+
+
 def ndigits(rng: random.Random, d: int) -> int:
     """A uniform integer with exactly d digits (d=1 includes 0)."""
     return rng.randint(0, 9) if d == 1 else rng.randint(10 ** (d - 1), 10**d - 1)

@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 
-from rlpt.tasks.native.common import domain
+from rlpt.tasks.native.common import distinct, domain
 
 _CHARS = {1: 1_000, 2: 4_000, 3: 16_000, 4: 64_000, 5: 256_000}
 _TOWNS = {1: 3, 2: 5, 3: 10, 4: 20, 5: 40}
@@ -51,12 +51,7 @@ def _filler(rs: np.random.Generator, town_chars: int, chars: int) -> list[str]:
 
 
 def _town_names(rng, n):
-    # Distinct names in the order drawn: a set's order would follow PYTHONHASHSEED, not the task seed.
-    names: list[str] = []
-    while len(names) < n:
-        name = "".join(rng.sample(_SYL, rng.randint(2, 3))).capitalize()
-        if name not in names:
-            names.append(name)
+    names = distinct(n, lambda: "".join(rng.sample(_SYL, rng.randint(2, 3))).capitalize())
     return sorted(names, key=lambda _: rng.random())
 
 

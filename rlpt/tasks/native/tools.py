@@ -10,7 +10,7 @@ from fractions import Fraction
 from rlpt.rewards.verdict import Verdict
 from rlpt.rewards.verifiers import parse_number, register_verifier
 from rlpt.tasks.native.arith import _expr
-from rlpt.tasks.native.common import domain
+from rlpt.tasks.native.common import distinct, domain
 
 _CALL = re.compile(r"<call>(.*?)</call>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -57,19 +57,9 @@ def _lookup(rng, t):
     }
 
 
-def _distinct(rng, n, draw) -> list[str]:
-    """n distinct draws in the order drawn (a set's order would follow PYTHONHASHSEED, not the task seed)."""
-    out: list[str] = []
-    while len(out) < n:
-        name = draw()
-        if name not in out:
-            out.append(name)
-    return out
-
-
 def _search(rng, t):
     n_countries = 3 + 4 * t
-    names = _distinct(rng, 2 * n_countries, lambda: "".join(rng.sample(_SYL, 2)).capitalize())
+    names = distinct(2 * n_countries, lambda: "".join(rng.sample(_SYL, 2)).capitalize())
     countries, capitals = names[:n_countries], names[n_countries:]
     docs = [f"The capital of {c} is {k}." for c, k in zip(countries, capitals)]
     leaders = {k: f"{rng.choice('ABCDEFGH')}. {rng.choice(_SYL).capitalize()}" for k in capitals}
