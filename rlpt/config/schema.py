@@ -151,6 +151,10 @@ class RolloutConfig:
     max_prompt_len: int = 64
     episode_timeout_s: float = 60.0
     max_turns: int = 3  # multi-turn agents: policy turns per episode (each may call a tool)
+    # The sampler's compute dtype (e.g. "bfloat16" rollouts from float32 master weights, as verl samples with a
+    # bf16 engine); None: the trainer's model.compute_dtype. The PPO ratio's denominator is then the bf16
+    # policy's log-prob (rl.algo.old_logp=rollout), or use old_logp=recompute with rl.algo.correction_level.
+    compute_dtype: str | None = None
 
 
 @dataclasses.dataclass

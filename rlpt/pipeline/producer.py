@@ -7,12 +7,14 @@ alone, never of thread timing, so an async run is reproducible, and a run resume
 policy version it needs and continues exactly as if never interrupted (the price: no overlap right after a
 checkpoint).
 """
+import dataclasses
 import queue
 import threading
 
 import numpy as np
 
 from rlpt.config.schema import Config
+from rlpt.models.config import DTYPES
 
 
 def source_version(step: int, lag: int, start: int, ckpt_every: int) -> int:
@@ -23,11 +25,22 @@ def source_version(step: int, lag: int, start: int, ckpt_every: int) -> int:
     return max(step - 1 - lag, barrier)
 
 
+def rollout_model(model, rcfg):
+    """The policy as the sampler runs it: the same parameters at rl.rollout.compute_dtype (None: unchanged)."""
+    dtype = rcfg.compute_dtype
+    if dtype is None or dtype == model.config.compute_dtype:
+        return model
+    if dtype not in DTYPES:
+        raise ValueError(f"rl.rollout.compute_dtype={dtype!r}; expected null or one of {sorted(DTYPES)}")
+    return type(model)(dataclasses.replace(model.config, compute_dtype=dtype), model.params)
+
+
 class Producer:
     """Batches in step order; asynchronous: a background thread runs up to `lag` batches ahead.
 
     publish(version, model, cstate) after each train step hands over the new policy and curriculum state
-    (weight sync: same mesh, no copy); get(step) returns batch `step` as (trajectories, train rows, metrics):
+    (weight sync: same mesh, no copy; the sampler runs it at rl.rollout.compute_dtype); get(step) returns
+    batch `step` as (trajectories, train rows, metrics):
     `prepare(traj) -> (rows, metrics)` (advantages, masks) runs on the producer's side too.
     """
 
@@ -39,6 +52,7 @@ class Producer:
         if self.lag < 0:
             raise ValueError(f"rl.max_staleness={cfg.rl.max_staleness} must be >= 0")
         self.start, self.ckpt_every = start, ckpt_every
+        rollout_model(model, cfg.rl.rollout)  # a bad rl.rollout.compute_dtype fails here, not in the thread
         self.snapshots = {start: (model, cstate)}  # version -> (policy, curriculum state after that step)
         self.cond = threading.Condition()
         self.stopped = False
@@ -66,7 +80,7 @@ class Producer:
             model, cstate = self.snapshots[need]
         rng = np.random.default_rng([self.cfg.train.seed, 11, step])
         tasks = self.curriculum.tasks(cstate, step, rng, self.cfg.rl.rollout.prompts_per_step)
-        traj = self.rollout_fn(model, self.tok, tasks, self.cfg.rl.rollout,
+        traj = self.rollout_fn(rollout_model(model, self.cfg.rl.rollout), self.tok, tasks, self.cfg.rl.rollout,
                                seed=self.cfg.train.seed * 1_000_003 + step, version=need)
         return (traj, *self.prepare(traj))
 

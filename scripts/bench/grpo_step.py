@@ -16,7 +16,11 @@ ids ("t0" ... ), so text and ids map one to one on both sides; both stop at the 
 Each side runs --warmup steps (compilation, allocator warm-up) and then --steps timed steps; the median
 seconds per step is reported. ratio = TRL s/step / rlpt s/step (> 1: rlpt faster). Run on a quiet machine:
 with the cores oversubscribed, PyTorch's spinning threads slow the peer far more than XLA.
-Usage: python scripts/bench/grpo_step.py [--steps 5] [--warmup 1] [--torch-threads N]
+rlpt runs twice, steps interleaved: rollouts at f32 (the peer's precision) and at bf16 from the same f32
+trainer (rl.rollout.compute_dtype=bfloat16, a bf16 sampler as in verl; the PPO ratio is taken against the bf16
+rollout log-probs); ratio uses the faster, and both are printed.
+Usage: python scripts/bench/grpo_step.py [--steps 5] [--warmup 1] [--rollout-dtypes float32,bfloat16]
+       [--torch-threads N]
 The last stdout line is one JSON object.
 """
 import os
@@ -42,6 +46,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, ROOT)
 from rlpt.config.schema import compose  # noqa: E402
 from rlpt.models import init_model  # noqa: E402
+from rlpt.pipeline.producer import rollout_model  # noqa: E402
 from rlpt.pipeline.rl import make_batch, rl_config, shared_prefix_group  # noqa: E402
 from rlpt.rollout.single_turn import Trajectories  # noqa: E402
 from rlpt.train.loop import make_trainer, to_float  # noqa: E402
@@ -75,8 +80,9 @@ def trl_reward(completions, **kw):
 class RlptGRPO:
     """One rlpt GRPO step: generate G samples per prompt (shared prefill), reward, make_batch, update."""
 
-    def __init__(self, model, prompts, tk):
-        self.cfg = compose(["model=qwen_10m", "mesh=single", f"rl.lr={LR}", "optim.schedule=constant",
+    def __init__(self, model, prompts, tk, rollout_dtype="float32"):
+        self.cfg = compose(["model=qwen_10m", f"rl.rollout.compute_dtype={rollout_dtype}", "mesh=single",
+                            f"rl.lr={LR}", "optim.schedule=constant",
                             "optim.warmup_steps=0", "optim.clip_norm=1.0", "optim.weight_decay=0.0",
                             "rl.algo.advantage=grpo", "rl.algo.policy_loss=ppo", "rl.algo.aggregation=token-mean",
                             "rl.algo.kl_coef=0.0", f"rl.rollout.group_size={GROUP}",
@@ -93,7 +99,8 @@ class RlptGRPO:
 
         t0 = time.perf_counter()
         self.n += 1
-        out = generate(self.trainer.model(), self.prompts, NEW, n=GROUP, temperature=1.0, stop_ids=(EOS,),
+        policy = rollout_model(self.trainer.model(), self.cfg.rl.rollout)  # what run_rl's producer samples with
+        out = generate(policy, self.prompts, NEW, n=GROUP, temperature=1.0, stop_ids=(EOS,),
                        seed=self.n, keep_state=False)
         tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
         texts = self.tk.decode_batch([row[:n].tolist() for row, n in zip(tokens, lengths)])
@@ -153,6 +160,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=5, help="timed steps per side (median reported)")
     ap.add_argument("--warmup", type=int, default=1, help="untimed first steps per side (compilation)")
+    ap.add_argument("--rollout-dtypes", default="float32,bfloat16",
+                    help="rlpt rollout compute dtypes (rl.rollout.compute_dtype), each a variant; the trainer is f32")
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)")
     args = ap.parse_args()
     import torch
@@ -174,26 +183,39 @@ def main():
           f"transformers {transformers.__version__}, trl {trl.__version__}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         model.save_pretrained(folder)
-        ours = RlptGRPO(model, prompts, tk)
+        # f32 rollouts (the peer's precision) and bf16 rollouts from the same f32 trainer
+        # (rl.rollout.compute_dtype=bfloat16), their steps interleaved
+        variants = {dt: RlptGRPO(model, prompts, tk, dt) for dt in args.rollout_dtypes.split(",")}
         t0 = time.perf_counter()
         for _ in range(args.warmup):
-            ours()
+            for ours in variants.values():
+                ours()
         print(f"rlpt warm-up (compile) {time.perf_counter() - t0:.1f} s", flush=True)
-        rows = [ours() for _ in range(args.steps)]
-        for r in rows:
-            print(f"rlpt step {r['s']:.3f} s (generate {r['generate_s']:.3f}, update {r['update_s']:.3f}), "
-                  f"reward {r['reward']:.3f}", flush=True)
+        rows = {dt: [] for dt in variants}
+        for _ in range(args.steps):
+            for dt, ours in variants.items():
+                r = ours()
+                rows[dt].append(r)
+                print(f"rlpt ({dt} rollouts) step {r['s']:.3f} s (generate {r['generate_s']:.3f}, update "
+                      f"{r['update_s']:.3f}), reward {r['reward']:.3f}", flush=True)
         trl_times, trl_rewards = run_trl(folder, prompt_texts, tk, args.steps, args.warmup)
     for t in trl_times:
         print(f"trl  step {t:.3f} s", flush=True)
-    ours_s = float(np.median([r["s"] for r in rows]))
     peer_s = float(np.median(trl_times))
-    print(f"rlpt {ours_s:.3f} s/step (generate {np.median([r['generate_s'] for r in rows]):.3f}, update "
-          f"{np.median([r['update_s'] for r in rows]):.3f}); TRL GRPOTrainer {peer_s:.3f} s/step; "
-          f"ratio {peer_s / ours_s:.2f}x", flush=True)
+    med = {dt: {k: float(np.median([r[k] for r in rs])) for k in ("s", "generate_s", "update_s")}
+           for dt, rs in rows.items()}
+    for dt, m in med.items():
+        print(f"rlpt ({dt} rollouts) {m['s']:.3f} s/step (generate {m['generate_s']:.3f}, update "
+              f"{m['update_s']:.3f}); TRL GRPOTrainer {peer_s:.3f} s/step; ratio {peer_s / m['s']:.2f}x", flush=True)
+    best = min(med, key=lambda dt: med[dt]["s"])
+    ours_s = med[best]["s"]
     print(json.dumps({"benchmark": "grpo_step", "ours": round(ours_s, 4), "peer": round(peer_s, 4),
                       "unit": "s/step", "ratio": round(peer_s / ours_s, 3), "goal": 5,
-                      "steps": args.steps, "reward_ours": float(np.mean([r["reward"] for r in rows])),
+                      "ours_name": f"rlpt, f32 trainer, {best} rollouts", "peer_name": "TRL GRPOTrainer (f32)",
+                      "per_rollout_dtype": {dt: {"s": round(m["s"], 4), "ratio": round(peer_s / m["s"], 3)}
+                                            for dt, m in med.items()},
+                      "steps": args.steps,
+                      "reward_ours": float(np.mean([r["reward"] for rs in rows.values() for r in rs])),
                       "reward_peer": float(np.mean(trl_rewards)) if trl_rewards else None,
                       "torch_threads": torch.get_num_threads(), "n_params": n_params}))
 
