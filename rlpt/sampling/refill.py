@@ -4,6 +4,7 @@ import numpy as np
 
 from rlpt.sampling import engine
 from rlpt.sampling.generate import (
+    DECODE_PHASE,
     Generation,
     _check_prompts,
     _mesh_scope,
@@ -18,14 +19,28 @@ from rlpt.sampling.methods import make_methods
 from rlpt.sampling.state import FINISH_REASONS
 
 
+def refill_window(filled: int, cache_len: int, phase: int | None) -> tuple[int | None, int | None]:
+    """(attention window, most steps) for the next decode call when the live rows' next free slot is at most
+    `filled`: the window bucket(filled + phase) holds every slot written in that many steps (a row at index i
+    writes slots i .. i + steps - 1); (None, None): the whole cache, no step limit (phase 0, or the window would
+    not be smaller than the cache)."""
+    window = bucket(filled + phase) if phase else cache_len
+    if window >= cache_len:
+        return None, None
+    return window, window - filled
+
+
 def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, temperature=1.0, top_k=None,
-                    top_p=None, stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None) -> Generation:
+                    top_p=None, stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None,
+                    decode_phase=DECODE_PHASE) -> Generation:
     """Like `generate`, but decodes in a static batch of `slots` rows and refills finished rows from a queue.
 
     The R = len(prompts) * n rows (prompt-major, as in `generate`) are queued; each time rows finish, the
     decode loop returns, their results are collected and queued rows are prefilled into the free slots.
     Row r draws with the same per-row key as in `generate`, so results do not depend on the slot or on
-    which rows share the batch. Returns a `Generation` without live state.
+    which rows share the batch. Returns a `Generation` without live state. decode_phase: as in `generate`,
+    each decode call attends to the cache prefix its live rows fill by its end (`refill_window`); 0: the
+    whole cache.
     """
     cfg, params = model.config, model.params
     methods = make_methods(temperature, top_k, top_p, min_p)
@@ -61,7 +76,8 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
         owners[:len(first)] = first
         while True:
             host = jax.device_get({"done": state.done, "tokens": state.tokens, "raw": state.raw_logprobs,
-                                   "lp": state.logprobs, "lengths": state.lengths, "finish": state.finish})
+                                   "lp": state.logprobs, "lengths": state.lengths, "finish": state.finish,
+                                   "index": state.cache["index"]})
             for slot in np.flatnonzero(host["done"] & (owners >= 0)):
                 r = owners[slot]
                 out_tokens[r], out_raw[r], out_lp[r] = host["tokens"][slot], host["raw"][slot], host["lp"][slot]
@@ -82,6 +98,9 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
                 break
             done_now = int(host["done"].sum())
             target = done_now + 1 if queue else slots
-            state = engine.decode(params, state, target, width, **static)
+            # every live row's data lies below its own index; finished rows' writes are never read
+            window, steps = refill_window(int(host["index"][~host["done"]].max()), cache_len, decode_phase)
+            state = engine.decode(params, state, target, width if steps is None else min(steps, width),
+                                  window=window, **static)
     return Generation(tokens=out_tokens, logprobs=out_raw, sampling_logprobs=out_lp, lengths=out_len,
                       finish_reason=out_finish)
