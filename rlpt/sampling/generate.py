@@ -144,28 +144,32 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     return to_generation(state, keep_state)
 
 
+def next_window(filled: int, cache_len: int, phase: int | None) -> tuple[int | None, int | None]:
+    """(attention window, most steps) for a decode call whose live rows' next free slot is at most `filled`:
+    the window bucket(filled + phase) holds every slot written in that many steps (a row at index i writes
+    slots i .. i + steps - 1); (None, None): the whole cache, no step limit (phase 0 or None, or the window
+    would not be smaller than the cache)."""
+    window = bucket(filled + phase) if phase else cache_len
+    if window >= cache_len:
+        return None, None
+    return window, window - filled
+
+
 def decode_phases(longest: int, width: int, cache_len: int, phase: int | None):
     """(steps, attention window) of each decode call after a prefill whose longest prompt has `longest` tokens.
 
-    Decoding writes slot index + k at step k, so the filled prefix of the cache grows during decoding: the
-    first call attends to the first bucket(longest + phase) slots (a power of two), each later one to twice
-    the previous window, the last to the whole cache. A 128-token decode after 32-token prompts reads 120
-    slots per step on average instead of 161, in three compiled shapes that repeat across prompt lengths and
-    token budgets. phase 0 or None decodes in one call over the whole cache.
+    Decoding writes slot index + k at step k, so the filled prefix of the cache grows during decoding: each
+    call attends to `next_window` of the slots filled so far, so the first window is bucket(longest + phase)
+    (a power of two), each later one twice the previous, the last the whole cache. A 128-token decode after
+    32-token prompts reads 120 slots per step on average instead of 161, in three compiled shapes that repeat
+    across prompt lengths and token budgets. phase 0 or None decodes in one call over the whole cache.
     """
-    if not phase:
-        return [(width, None)]
-    out, done, window = [], 0, bucket(longest + phase)
+    out, done = [], 0
     while done < width:  # as many steps as one call takes: prefill drew the first token, the last may find all done
-        if window >= cache_len:
-            out.append((width - done, None))
-            break
-        # every slot written in this call (at most longest - 1 + done + steps) lies below the window
-        steps = min(width - done, window - longest - done)
-        if steps > 0:
-            out.append((steps, window))
-            done += steps
-        window *= 2
+        window, steps = next_window(longest + done, cache_len, phase)
+        steps = width - done if steps is None else min(width - done, steps)
+        out.append((steps, window))
+        done += steps
     return out
 
 

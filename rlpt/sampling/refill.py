@@ -11,23 +11,13 @@ from rlpt.sampling.generate import (
     _per_row,
     bucket,
     check_stop_ids,
+    next_window,
     pad_prompts,
     plan_cache,
     seed_key,
 )
 from rlpt.sampling.methods import make_methods
 from rlpt.sampling.state import FINISH_REASONS
-
-
-def refill_window(filled: int, cache_len: int, phase: int | None) -> tuple[int | None, int | None]:
-    """(attention window, most steps) for the next decode call when the live rows' next free slot is at most
-    `filled`: the window bucket(filled + phase) holds every slot written in that many steps (a row at index i
-    writes slots i .. i + steps - 1); (None, None): the whole cache, no step limit (phase 0, or the window would
-    not be smaller than the cache)."""
-    window = bucket(filled + phase) if phase else cache_len
-    if window >= cache_len:
-        return None, None
-    return window, window - filled
 
 
 def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, temperature=1.0, top_k=None,
@@ -39,8 +29,8 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     decode loop returns, their results are collected and queued rows are prefilled into the free slots.
     Row r draws with the same per-row key as in `generate`, so results do not depend on the slot or on
     which rows share the batch. Returns a `Generation` without live state. decode_phase: as in `generate`,
-    each decode call attends to the cache prefix its live rows fill by its end (`refill_window`); 0: the
-    whole cache.
+    each decode call attends to the cache prefix its live rows fill by its end (`next_window` of the fullest
+    live row); 0: the whole cache.
     """
     cfg, params = model.config, model.params
     methods = make_methods(temperature, top_k, top_p, min_p)
@@ -99,7 +89,7 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
             done_now = int(host["done"].sum())
             target = done_now + 1 if queue else slots
             # every live row's data lies below its own index; finished rows' writes are never read
-            window, steps = refill_window(int(host["index"][~host["done"]].max()), cache_len, decode_phase)
+            window, steps = next_window(int(host["index"][~host["done"]].max()), cache_len, decode_phase)
             state = engine.decode(params, state, target, width if steps is None else min(steps, width),
                                   window=window, **static)
     return Generation(tokens=out_tokens, logprobs=out_raw, sampling_logprobs=out_lp, lengths=out_len,

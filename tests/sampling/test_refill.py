@@ -30,10 +30,10 @@ def test_windowed_refill_equals_plain_batch(monkeypatch):
     """decode_phase=2: decode calls attend to 16 of the 29 cache slots while the longest live row allows it, rows
     being refilled at other indices; the rows are still those of one unwindowed plain batch."""
     from rlpt.sampling import engine
-    from rlpt.sampling.refill import refill_window
+    from rlpt.sampling.generate import next_window
 
-    assert refill_window(5, 29, 2) == (8, 3) and refill_window(14, 29, 2) == (16, 2)
-    assert refill_window(20, 29, 2) == (None, None) and refill_window(3, 29, 0) == (None, None)
+    assert next_window(5, 29, 2) == (8, 3) and next_window(14, 29, 2) == (16, 2)
+    assert next_window(20, 29, 2) == (None, None) and next_window(3, 29, 0) == (None, None)
     windows, decode = [], engine.decode
     monkeypatch.setattr(engine, "decode", lambda *a, window=None, **kw: windows.append(window) or decode(
         *a, window=window, **kw))
