@@ -52,8 +52,9 @@ class Producer:
         if self.lag < 0:
             raise ValueError(f"rl.max_staleness={cfg.rl.max_staleness} must be >= 0")
         self.start, self.ckpt_every = start, ckpt_every
-        rollout_model(model, cfg.rl.rollout)  # a bad rl.rollout.compute_dtype fails here, not in the thread
-        self.snapshots = {start: (model, cstate)}  # version -> (policy, curriculum state after that step)
+        # version -> (policy as the sampler runs it, curriculum state after that step); a bad
+        # rl.rollout.compute_dtype fails here, not in the producer thread
+        self.snapshots = {start: (rollout_model(model, cfg.rl.rollout), cstate)}
         self.cond = threading.Condition()
         self.stopped = False
         self.error: BaseException | None = None
@@ -66,7 +67,7 @@ class Producer:
 
     def publish(self, version: int, model, cstate):
         with self.cond:
-            self.snapshots[version] = (model, cstate)
+            self.snapshots[version] = (rollout_model(model, self.cfg.rl.rollout), cstate)
             self.cond.notify_all()
 
     def produce(self, step: int):
@@ -80,7 +81,7 @@ class Producer:
             model, cstate = self.snapshots[need]
         rng = np.random.default_rng([self.cfg.train.seed, 11, step])
         tasks = self.curriculum.tasks(cstate, step, rng, self.cfg.rl.rollout.prompts_per_step)
-        traj = self.rollout_fn(rollout_model(model, self.cfg.rl.rollout), self.tok, tasks, self.cfg.rl.rollout,
+        traj = self.rollout_fn(model, self.tok, tasks, self.cfg.rl.rollout,
                                seed=self.cfg.train.seed * 1_000_003 + step, version=need)
         return (traj, *self.prepare(traj))
 
