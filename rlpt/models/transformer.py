@@ -97,10 +97,46 @@ def rms_norm(x, weight, eps):
     return weight.astype(x.dtype) * xf.astype(x.dtype)
 
 
-def dense(eq, x, w, dtype):
-    """einsum in the compute dtype; bf16 accumulates in f32 (the fast path on XLA:CPU too)."""
+def dense(eq, x, w, dtype, out_dtype=None):
+    """einsum in the compute dtype; bf16 accumulates in f32 (the fast path on XLA:CPU too). The result is in
+    out_dtype (default: the compute dtype).
+
+    16-bit compute differentiates through `_dense_lowp`, whose backward runs both matmuls in the compute dtype."""
+    out_dtype = jnp.dtype(dtype if out_dtype is None else out_dtype)
+    if jnp.dtype(dtype).itemsize == 2:
+        return _dense_lowp(eq, x, w, jnp.dtype(dtype), out_dtype)
     out = jnp.einsum(eq, x, w.astype(dtype), preferred_element_type=jnp.float32)
-    return out.astype(dtype)
+    return out.astype(out_dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
+def _dense_lowp(eq, x, w, dtype, out_dtype):
+    """`dense` at a 16-bit compute dtype: einsum(eq, x, w) with f32 accumulation, rounded to out_dtype.
+
+    Autodiff would hand each matmul's transpose the cotangent of its f32 accumulator (a 16-bit x f32
+    product, which XLA runs as an f32 matmul: the whole backward at f32 speed); this VJP rounds the
+    incoming cotangent to the compute dtype once, as torch autocast's backward does, so the input and weight
+    gradients are 16-bit matmuls accumulating in f32. The weight gradient is returned in w's dtype straight
+    from its f32 accumulator (f32 master weights get an unrounded gradient).
+    """
+    out = jnp.einsum(eq, x.astype(dtype), w.astype(dtype), preferred_element_type=jnp.float32)
+    return out.astype(out_dtype)
+
+
+def _dense_lowp_fwd(eq, x, w, dtype, out_dtype):
+    return _dense_lowp(eq, x, w, dtype, out_dtype), (x, w)
+
+
+def _dense_lowp_bwd(eq, dtype, out_dtype, res, g):
+    x, w = res
+    (xs, ws), out = eq.split("->")[0].split(","), eq.split("->")[1]
+    g = g.astype(dtype)
+    dx = jnp.einsum(f"{out},{ws}->{xs}", g, w.astype(dtype), preferred_element_type=jnp.float32)
+    dw = jnp.einsum(f"{xs},{out}->{ws}", x.astype(dtype), g, preferred_element_type=jnp.float32)
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_dense_lowp.defvjp(_dense_lowp_fwd, _dense_lowp_bwd)
 
 
 def _masked_scores(qt, kt, bias, scale):
@@ -133,15 +169,29 @@ def _dense_core_bwd(scale, res, dout):
     dof = dout.astype(jnp.float32) / l  # folds the softmax normaliser into dout (T*G values, not T*G*S)
     delta = jnp.sum(dof * out.astype(jnp.float32), axis=-1, keepdims=True)
     dof = dof.astype(vt.dtype)
-    dv = jnp.einsum("nqs,nqd->nsd", p.astype(vt.dtype), dof, preferred_element_type=jnp.float32)
+    dv = _contract_queries(p.astype(vt.dtype), dof)
     ds = p * (jnp.einsum("nqd,nsd->nqs", dof, vt, preferred_element_type=jnp.float32) - delta) * scale
     dq = jnp.einsum("nqs,nsd->nqd", ds.astype(kt.dtype), kt, preferred_element_type=jnp.float32)
-    dk = jnp.einsum("nqs,nqd->nsd", ds.astype(qt.dtype), qt, preferred_element_type=jnp.float32)
+    dk = _contract_queries(ds.astype(qt.dtype), qt)
     # bias is built from integer ids, so it carries no gradient (None: a zero cotangent)
     return dq.astype(qt.dtype), dk.astype(kt.dtype), dv.astype(vt.dtype), None
 
 
 _dense_core.defvjp(_dense_core_fwd, _dense_core_bwd)
+
+
+def _contract_queries(a, b):
+    """einsum("nqs,nqd->nsd", a, b) accumulating in f32 (the key-side gradients of attention).
+
+    16-bit operands: the query axis is split in two (two contracting axes, the same sum): XLA:CPU runs a
+    batched 16-bit dot whose only contracting axis leads both operands as an f32 dot after converting them,
+    4x slower on the (32, 1024, 256) blocks of the train-step benchmark. f32 operands keep the plain form
+    (the split is slower there)."""
+    N, Q = a.shape[:2]
+    if jnp.dtype(a.dtype).itemsize == 2 and Q % 2 == 0:
+        a, b = a.reshape(N, 2, Q // 2, a.shape[-1]), b.reshape(N, 2, Q // 2, b.shape[-1])
+        return jnp.einsum("nabs,nabd->nsd", a, b, preferred_element_type=jnp.float32)
+    return jnp.einsum("nqs,nqd->nsd", a, b, preferred_element_type=jnp.float32)
 
 
 def dense_self_attention(q, k, v, positions, segment_ids, *, sliding_window=None):
@@ -432,9 +482,13 @@ def lm_head(params, cfg: ModelConfig):
 
 def logits_from_hidden(params, cfg: ModelConfig, hidden):
     """Logits (B, T, V) in cfg.logits_dtype from hidden states (B, T, D)."""
-    head = lm_head(params, cfg).astype(cfg.dtype)
-    logits = jnp.einsum("btd,dv->btv", hidden, head, preferred_element_type=jnp.float32)
-    return constrain(logits.astype(DTYPES[cfg.logits_dtype]), ("batch", "act_seq", "act_vocab"))
+    # A tied head is used as it lies (V, D): with the transposed embedding, XLA:CPU folds the transpose of the
+    # bf16 weight gradient into a dot form its runtime rejects ("Unsupported element type for DotThunk").
+    if cfg.tie_embeddings:
+        logits = dense("btd,vd->btv", hidden, params["embed"], cfg.dtype, DTYPES[cfg.logits_dtype])
+    else:
+        logits = dense("btd,dv->btv", hidden, params["lm_head"], cfg.dtype, DTYPES[cfg.logits_dtype])
+    return constrain(logits, ("batch", "act_seq", "act_vocab"))
 
 
 def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None):

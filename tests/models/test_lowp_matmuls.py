@@ -1,0 +1,114 @@
+"""16-bit compute: the projections' custom VJP and the attention backward's key-side contraction.
+
+`dense` at bf16 differentiates through `_dense_lowp`: the incoming cotangent is rounded to bf16 once and both
+gradient matmuls take bf16 operands with f32 accumulation (autodiff would pair the f32 cotangent with bf16
+weights, which XLA:CPU runs as f32 matmuls). The weight gradient comes back in the weight's dtype unrounded.
+"""
+import dataclasses
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rlpt.config import OptimConfig
+from rlpt.models import ModelConfig, init_model
+from rlpt.models.transformer import _contract_queries, dense
+from rlpt.train.losses import sft_loss
+from rlpt.train.optim import make_optimizer
+from rlpt.train.state import create_state
+from rlpt.train.step import build_train_step
+
+BF16 = jnp.bfloat16
+CASES = [  # (equation, x shape, w shape): every projection of the model, and the tied head (V, D)
+    ("btd,dhk->bthk", (2, 5, 16), (16, 4, 8)),
+    ("bthk,hkd->btd", (2, 5, 4, 8), (4, 8, 16)),
+    ("btd,df->btf", (2, 5, 16), (16, 24)),
+    ("btd,vd->btv", (2, 5, 16), (40, 16)),
+]
+
+
+def _f32(a):
+    return np.asarray(jnp.asarray(a, jnp.float32), np.float64)
+
+
+@pytest.mark.parametrize("eq,xs,ws", CASES)
+@pytest.mark.parametrize("out_dtype", [None, jnp.float32])
+def test_dense_bf16_gradients_are_bf16_matmuls_of_the_rounded_cotangent(eq, xs, ws, out_dtype):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=xs), BF16)  # activations arrive in the compute dtype
+    w = jnp.asarray(rng.normal(size=ws) * 0.3, jnp.float32)  # f32 master weights
+    out, vjp = jax.vjp(lambda x, w: dense(eq, x, w, BF16, out_dtype), x, w)
+    assert out.dtype == (BF16 if out_dtype is None else jnp.float32)
+    g = jnp.asarray(rng.normal(size=out.shape), out.dtype)
+    dx, dw = vjp(g)
+    assert dx.dtype == BF16 and dw.dtype == jnp.float32 and dw.shape == w.shape
+
+    (xl, wl), ol = eq.split("->")[0].split(","), eq.split("->")[1]
+    g16, x16, w16 = _f32(g.astype(BF16)), _f32(x), _f32(w.astype(BF16))
+    np.testing.assert_allclose(_f32(out), _f32(jnp.asarray(np.einsum(eq, x16, w16), out.dtype)), rtol=1e-6)
+    want_dw = np.einsum(f"{xl},{ol}->{wl}", x16, g16)
+    np.testing.assert_allclose(_f32(dw), want_dw, rtol=1e-5, atol=1e-5 * np.abs(want_dw).max())
+    want_dx = _f32(jnp.asarray(np.einsum(f"{ol},{wl}->{xl}", g16, w16), BF16))  # one bf16 rounding
+    np.testing.assert_allclose(_f32(dx), want_dx, rtol=1e-2, atol=1e-2 * np.abs(want_dx).max())
+
+    # and the same gradients as f32 autodiff, up to bf16 rounding
+    ref = jax.vjp(lambda x, w: jnp.einsum(eq, x, w), _f32(x).astype(np.float32), np.asarray(w))[1](
+        np.asarray(_f32(g), np.float32))
+    for mine, theirs in zip((dx, dw), ref, strict=True):
+        err = np.abs(_f32(mine) - np.asarray(theirs)).max() / np.abs(np.asarray(theirs)).max()
+        assert err < 2e-2, err
+
+
+def test_dense_f32_is_plain_autodiff():
+    rng = np.random.default_rng(1)
+    x, w = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 3, 8), (8, 6)))
+    g = jnp.asarray(rng.normal(size=(2, 3, 6)), jnp.float32)
+    got = jax.vjp(lambda x, w: dense("btd,df->btf", x, w, jnp.float32), x, w)[1](g)
+    want = jax.vjp(lambda x, w: jnp.einsum("btd,df->btf", x, w), x, w)[1](g)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("Q", [12, 7])  # even: split in two; odd: the plain einsum
+@pytest.mark.parametrize("dtype", [BF16, jnp.float32])
+def test_contract_queries_is_the_key_side_contraction(Q, dtype):
+    rng = np.random.default_rng(2)
+    a = jnp.asarray(rng.normal(size=(3, Q, 10)), dtype)
+    b = jnp.asarray(rng.normal(size=(3, Q, 4)), dtype)
+    got = jax.jit(_contract_queries)(a, b)
+    assert got.dtype == jnp.float32 and got.shape == (3, 10, 4)
+    np.testing.assert_allclose(_f32(got), np.einsum("nqs,nqd->nsd", _f32(a), _f32(b)), rtol=1e-5, atol=1e-5)
+
+
+def _dot_operand_types(hlo: str) -> list[tuple[str, str]]:
+    types = dict(re.findall(r"%([\w.-]+) = (\w+)\[", hlo))
+    return [(types.get(a), types.get(b)) for a, b in re.findall(r" dot\(%([\w.-]+), %([\w.-]+)\)", hlo)]
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_bf16_train_step_runs_every_matmul_in_bf16(tie):
+    """The compiled bf16 SFT step (forward, attention backward, projections' and head's gradients) has no
+    matmul with f32 operands, and it runs (XLA:CPU rejects some bf16 dot forms at run time: a transposed
+    tied head did), with a finite loss close to the f32 step's."""
+    cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                      num_kv_heads=2, tie_embeddings=tie, compute_dtype="bfloat16", param_dtype="float32")
+    params = init_model(cfg, seed=0).params
+    opt = make_optimizer(OptimConfig(name="adamw", lr=1e-3, schedule="constant"), 10)
+    B, T = 4, 16
+    toks = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, B, T + 1)).astype(np.int32)
+    batch = {"inputs": toks[..., :-1], "targets": toks[..., 1:],
+             "positions": np.broadcast_to(np.arange(T, dtype=np.int32), (1, B, T)),
+             "segment_ids": np.ones((1, B, T), np.int32), "loss_mask": np.ones((1, B, T), np.float32)}
+    losses = {}
+    for dt in ("bfloat16", "float32"):
+        c = dataclasses.replace(cfg, compute_dtype=dt)
+        step = build_train_step(sft_loss(c), opt, donate=False, compute_dtype=dt)
+        state = create_state(params, opt, seed=0)
+        if dt == "bfloat16":
+            types = _dot_operand_types(step.lower(state, batch).compile().as_text())
+            assert types and all(t == ("bf16", "bf16") for t in types), types
+        _, metrics = step(state, batch)
+        losses[dt] = float(metrics["loss"])
+    assert np.isfinite(losses["bfloat16"]) and abs(losses["bfloat16"] - losses["float32"]) < 0.05, losses
