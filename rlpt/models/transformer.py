@@ -165,6 +165,14 @@ def _dense_core_fwd(qt, kt, vt, bias, scale):
 
 
 def _dense_core_bwd(scale, res, dout):
+    qt, kt, vt = res[:3]
+    dq, dk, dv = _core_grads(scale, res, dout)
+    # bias is built from integer ids, so it carries no gradient (None: a zero cotangent)
+    return dq.astype(qt.dtype), dk.astype(kt.dtype), dv.astype(vt.dtype), None
+
+
+def _core_grads(scale, res, dout):
+    """f32 (dq, dk, dv) of _dense_core from its residuals and the output cotangent."""
     qt, kt, vt, p, l, out = res
     dof = dout.astype(jnp.float32) / l  # folds the softmax normaliser into dout (T*G values, not T*G*S)
     delta = jnp.sum(dof * out.astype(jnp.float32), axis=-1, keepdims=True)
@@ -173,8 +181,7 @@ def _dense_core_bwd(scale, res, dout):
     ds = p * (jnp.einsum("nqd,nsd->nqs", dof, vt, preferred_element_type=jnp.float32) - delta) * scale
     dq = jnp.einsum("nqs,nsd->nqd", ds.astype(kt.dtype), kt, preferred_element_type=jnp.float32)
     dk = _contract_queries(ds.astype(qt.dtype), qt)
-    # bias is built from integer ids, so it carries no gradient (None: a zero cotangent)
-    return dq.astype(qt.dtype), dk.astype(kt.dtype), dv.astype(vt.dtype), None
+    return dq, dk, dv
 
 
 _dense_core.defvjp(_dense_core_fwd, _dense_core_bwd)
@@ -212,13 +219,43 @@ def causal_chunks(T: int) -> int:
     return 4 if T >= 128 and T % 4 == 0 else 1
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _chunked_core(qt, kt, vt, bias, scale, chunks):
     """_dense_core per query chunk over the keys of its own and earlier column chunks only."""
-    T = bias.shape[1]
-    G, c = qt.shape[1] // T, T // chunks
-    outs = [_dense_core(qt[:, i * c * G:(i + 1) * c * G], kt[:, :(i + 1) * c], vt[:, :(i + 1) * c],
-                        bias[:, i * c:(i + 1) * c, :(i + 1) * c], scale) for i in range(chunks)]
-    return jnp.concatenate(outs, axis=1)
+    return _chunked_core_fwd(qt, kt, vt, bias, scale, chunks)[0]
+
+
+def _chunk_slices(T: int, TG: int, chunks: int):
+    """(query columns, key prefix, bias rows) of each chunk of T columns (TG query rows: T * group)."""
+    G, c = TG // T, T // chunks
+    return [(slice(i * c * G, (i + 1) * c * G), slice(0, (i + 1) * c), slice(i * c, (i + 1) * c))
+            for i in range(chunks)]
+
+
+def _chunked_core_fwd(qt, kt, vt, bias, scale, chunks):
+    outs, residuals = [], []
+    for q, k, t in _chunk_slices(bias.shape[1], qt.shape[1], chunks):
+        out, res = _dense_core_fwd(qt[:, q], kt[:, k], vt[:, k], bias[:, t, k], scale)
+        outs.append(out)
+        residuals.append(res)
+    return jnp.concatenate(outs, axis=1), tuple(residuals)
+
+
+def _chunked_core_bwd(scale, chunks, res, dout):
+    """Per-chunk gradients assembled in f32 and cast once: the query chunks are disjoint (one concatenate),
+    the key prefixes overlap (their gradients add up). Autodiff of the slices would add zero-padded 16-bit
+    cotangents, converting and rounding at every add (~5 ms per layer on the train-step benchmark)."""
+    q_dtype = res[0][0].dtype
+    kt, vt = res[-1][1:3]  # the last chunk attends to every key
+    dqs, dk, dv = [], jnp.zeros(kt.shape, jnp.float32), jnp.zeros(vt.shape, jnp.float32)
+    for (q, k, _), r in zip(_chunk_slices(kt.shape[1], dout.shape[1], chunks), res, strict=True):
+        dq_i, dk_i, dv_i = _core_grads(scale, r, dout[:, q])
+        dqs.append(dq_i)
+        dk, dv = dk.at[:, k].add(dk_i), dv.at[:, k].add(dv_i)
+    return jnp.concatenate(dqs, axis=1).astype(q_dtype), dk.astype(kt.dtype), dv.astype(vt.dtype), None
+
+
+_chunked_core.defvjp(_chunked_core_fwd, _chunked_core_bwd)
 
 
 def dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids, *, sliding_window=None,

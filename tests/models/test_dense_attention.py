@@ -77,3 +77,29 @@ def test_causal_chunks_skip_the_upper_blocks():
     assert causal_chunks(256) == 4 and causal_chunks(24) == 1 and causal_chunks(130) == 1
     with pytest.raises(ValueError, match="causal_chunks=4"):
         dense_attention(q, k[:, :20], v[:, :20], pos, pos[:, :20], seg, seg[:, :20], causal_chunks=4)
+
+
+def test_causal_chunks_in_bf16_equal_the_full_block():
+    """bf16 inputs: the chunked core (its own VJP, gradients assembled in f32 and cast once) gives the full
+    block's values and gradients up to bf16 rounding, and both stay near the f32 reference."""
+    q, k, v, pos, seg = _inputs(jnp.float32)
+    q, k, v = (jnp.tile(x, (1, 8, 1, 1)) for x in (q, k, v))  # 192 columns: 4 chunks of 48
+    pos, seg = jnp.tile(jnp.arange(192)[None], (3, 1)), jnp.ones((3, 192), jnp.int32)
+    w = jnp.asarray(np.random.default_rng(3).normal(size=q.shape), jnp.float32)
+
+    def loss(chunks):
+        def f(q, k, v):
+            out = dense_attention(q, k, v, pos, pos, seg, seg, causal_chunks=chunks)
+            return jnp.sum(out.astype(jnp.float32) * w)
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)))
+
+    bf = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+    (l4, g4), (l1, g1), (lr, gr) = loss(4)(*bf), loss(1)(*bf), loss(1)(q, k, v)
+    assert causal_chunks(192) == 4
+    for got in (l4, l1):
+        assert abs(float(got) - float(lr)) < 2e-2 * abs(float(lr)) + 1.0
+    for a, b, r in zip(g4, g1, gr, strict=True):
+        assert a.dtype == jnp.bfloat16
+        scale = float(jnp.abs(r).max())
+        assert float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max()) < 2e-2 * scale
+        assert float(jnp.abs(a.astype(jnp.float32) - r).max()) < 4e-2 * scale
