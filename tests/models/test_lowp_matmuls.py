@@ -83,8 +83,16 @@ def test_contract_queries_is_the_key_side_contraction(Q, dtype):
 
 
 def _dot_operand_types(hlo: str) -> list[tuple[str, str]]:
-    types = dict(re.findall(r"%([\w.-]+) = (\w+)\[", hlo))
-    return [(types.get(a), types.get(b)) for a, b in re.findall(r" dot\(%([\w.-]+), %([\w.-]+)\)", hlo)]
+    """(lhs, rhs) element types of every dot, except the f32 token sums of norm-scale gradients (a ones
+    vector times f32 products, `_sum_rows`), which are f32 by design."""
+    shapes = dict(re.findall(r"%([\w.-]+) = (\w+\[[\d,]*\])", hlo))
+    out = []
+    for a, b in re.findall(r" dot\(%([\w.-]+), %([\w.-]+)\)", hlo):
+        dims = shapes.get(a, "?[]").split("[")[1].rstrip("]").split(",")
+        if shapes.get(a, "").startswith("f32[") and (len(dims) == 1 or "1" in dims):
+            continue  # the ones vector (M,) or (M, 1)
+        out.append((shapes.get(a, "?").split("[")[0], shapes.get(b, "?").split("[")[0]))
+    return out
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -112,3 +120,25 @@ def test_bf16_train_step_runs_every_matmul_in_bf16(tie):
         _, metrics = step(state, batch)
         losses[dt] = float(metrics["loss"])
     assert np.isfinite(losses["bfloat16"]) and abs(losses["bfloat16"] - losses["float32"]) < 0.05, losses
+
+
+@pytest.mark.parametrize("dtype", [BF16, jnp.float32])
+def test_bias_and_norm_scale_gradients_equal_autodiff(dtype):
+    """add_bias and the RMSNorm scale have their own VJPs (the token sums of their weight gradients run as a
+    ones-vector matmul at 16 bits); the gradients equal autodiff of the plain formulas."""
+    from rlpt.models.transformer import _scale, add_bias
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(3, 5, 4, 8)), dtype)
+    b = jnp.asarray(rng.normal(size=(4, 8)), jnp.float32)
+    g = jnp.asarray(rng.normal(size=x.shape), dtype)
+    for mine, plain in ((add_bias, lambda x, b: x + b.astype(x.dtype)),
+                        (_scale, lambda x, w: w.astype(x.dtype) * x)):
+        out, vjp = jax.vjp(mine, x, b)
+        want_out, want_vjp = jax.vjp(lambda x, b, plain=plain: plain(x.astype(jnp.float32), b), x, b)
+        tol = 1e-2 * float(jnp.abs(want_out).max()) if dtype == BF16 else 1e-6
+        np.testing.assert_allclose(_f32(out), _f32(want_out), rtol=0, atol=tol)
+        (dx, db), (wx, wb) = jax.jit(vjp)(g), want_vjp(g.astype(jnp.float32))
+        assert dx.dtype == dtype and db.dtype == jnp.float32
+        np.testing.assert_allclose(_f32(db), _f32(wb), rtol=1e-5, atol=1e-5)
+        tol = 1e-2 * float(jnp.abs(wx).max()) if dtype == BF16 else 1e-6
+        np.testing.assert_allclose(_f32(dx), _f32(wx), rtol=0, atol=tol)
