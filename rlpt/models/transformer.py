@@ -159,7 +159,7 @@ def dense(eq, x, w, dtype, out_dtype=None):
 
     16-bit compute differentiates through `_dense_lowp`, whose backward runs both matmuls in the compute dtype."""
     out_dtype = jnp.dtype(dtype if out_dtype is None else out_dtype)
-    if jnp.dtype(dtype).itemsize == 2:
+    if _is_16bit(dtype):
         return _dense_lowp(eq, x, w, jnp.dtype(dtype), out_dtype)
     out = jnp.einsum(eq, x, w.astype(dtype), preferred_element_type=jnp.float32)
     return out.astype(out_dtype)
@@ -251,7 +251,7 @@ def _contract_queries(a, b):
     4x slower on the (32, 1024, 256) blocks of the train-step benchmark. f32 operands keep the plain form
     (the split is slower there)."""
     N, Q = a.shape[:2]
-    if jnp.dtype(a.dtype).itemsize == 2 and Q % 2 == 0:
+    if _is_16bit(a.dtype) and Q % 2 == 0:
         a, b = a.reshape(N, 2, Q // 2, a.shape[-1]), b.reshape(N, 2, Q // 2, b.shape[-1])
         return jnp.einsum("nabs,nabd->nsd", a, b, preferred_element_type=jnp.float32)
     return jnp.einsum("nqs,nqd->nsd", a, b, preferred_element_type=jnp.float32)

@@ -14,7 +14,7 @@ import pytest
 
 from rlpt.config import OptimConfig
 from rlpt.models import ModelConfig, init_model
-from rlpt.models.transformer import _contract_queries, dense
+from rlpt.models.transformer import _contract_queries, _scale, add_bias, dense
 from rlpt.train.losses import sft_loss
 from rlpt.train.optim import make_optimizer
 from rlpt.train.state import create_state
@@ -126,7 +126,6 @@ def test_bf16_train_step_runs_every_matmul_in_bf16(tie):
 def test_bias_and_norm_scale_gradients_equal_autodiff(dtype):
     """add_bias and the RMSNorm scale have their own VJPs (the token sums of their weight gradients run as a
     ones-vector matmul at 16 bits); the gradients equal autodiff of the plain formulas."""
-    from rlpt.models.transformer import _scale, add_bias
     rng = np.random.default_rng(3)
     x = jnp.asarray(rng.normal(size=(3, 5, 4, 8)), dtype)
     b = jnp.asarray(rng.normal(size=(4, 8)), jnp.float32)
