@@ -188,8 +188,42 @@ def _dense_lowp_bwd(eq, dtype, out_dtype, res, g):
     (xs, ws), out = eq.split("->")[0].split(","), eq.split("->")[1]
     g = g.astype(dtype)
     dx = jnp.einsum(f"{out},{ws}->{xs}", g, w.astype(dtype), preferred_element_type=jnp.float32)
-    dw = jnp.einsum(f"{xs},{out}->{ws}", x.astype(dtype), g, preferred_element_type=jnp.float32)
-    return dx.astype(x.dtype), dw.astype(w.dtype)
+    return dx.astype(x.dtype), _weight_grad(xs, out, ws, x.astype(dtype), g).astype(w.dtype)
+
+
+def _weight_grad(xs, out, ws, x, g):
+    """einsum(f"{xs},{out}->{ws}", x, g) in f32: the weight gradient, a contraction over the token axes.
+
+    XLA:CPU runs it as a dot whose first operand is the one whose free axes lead `ws`, and copies that operand
+    into a transposed layout first. When that is the cotangent and it is the larger operand (the head's
+    (tokens, vocab) cotangent against (tokens, width) inputs: a 64 MB copy in the train-step benchmark) the
+    gradient is computed the other way round and transposed after, out of a while loop (XLA folds a plain
+    transpose back into the dot, and the bf16 dot form that gives is one its runtime rejects)."""
+    x_free = "".join(c for c in ws if c in xs)
+    g_free = "".join(c for c in ws if c not in xs)
+    if not (_TRANSPOSED_WEIGHT_GRAD and _on_cpu()) or ws != g_free + x_free or g.size <= x.size:
+        return jnp.einsum(f"{xs},{out}->{ws}", x, g, preferred_element_type=jnp.float32)
+    dw = jnp.einsum(f"{xs},{out}->{x_free + g_free}", x, g, preferred_element_type=jnp.float32)
+    perm = tuple(range(len(x_free), dw.ndim)) + tuple(range(len(x_free)))
+    return _materialized(lambda: dw.transpose(perm), jnp.isnan(dw.reshape(-1)[0]))
+
+
+_TRANSPOSED_WEIGHT_GRAD = True
+
+
+def _on_cpu() -> bool:
+    """The layout work-arounds here answer XLA:CPU's choices; other backends compile the plain forms."""
+    return jax.default_backend() == "cpu"
+
+
+def _materialized(fn, again):
+    """fn() computed into its own buffer: the body of a while loop of 1 trip (2 when the runtime bool `again`
+    holds; the same value), which XLA cannot fold into its neighbours. Reach for it only where a measured
+    fusion or layout choice of XLA:CPU is the problem."""
+    out = jax.eval_shape(fn)
+    trips = 1 + again.astype(jnp.int32)
+    zero = (jnp.zeros((), jnp.int32), jnp.zeros(out.shape, out.dtype))
+    return jax.lax.while_loop(lambda c: c[0] < trips, lambda c: (c[0] + 1, fn()), zero)[1]
 
 
 _dense_lowp.defvjp(_dense_lowp_fwd, _dense_lowp_bwd)
@@ -215,9 +249,35 @@ def _dense_core_fwd(qt, kt, vt, bias, scale):
     # the backward pass (it is written once anyway), so nothing is recomputed.
     p = jnp.exp(s - m)
     l = jnp.sum(p, axis=-1, keepdims=True)
-    out = jnp.einsum("nqs,nsd->nqd", p.astype(vt.dtype), vt, preferred_element_type=jnp.float32) / l
+    p_low = p.astype(vt.dtype)
+    out = jnp.einsum("nqs,nsd->nqd", p_low, vt, preferred_element_type=jnp.float32) / l
     out = out.astype(qt.dtype)
-    return out, (qt, kt, vt, p, l, out)
+    # 16-bit compute keeps the probabilities as the matmul reads them (half the bytes written and read back);
+    # the backward's ds, rounded to 16 bits for its matmuls anyway, takes one more rounding from them.
+    return out, (qt, kt, vt, p_low if _P_LOWP and _is_16bit(vt.dtype) else p, l, out)
+
+
+_P_LOWP = True
+_RECOMPUTED_FALLBACK = True
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _recomputed_core(qt, kt, vt, bias, scale):
+    """_dense_core that keeps only its inputs and recomputes the probabilities in the backward pass: the
+    fallback branch of the causal-chunk `lax.cond`, whose saved residuals the taken branch would otherwise
+    have to fill with zeros (a (B*KV, T*G, S) f32 block per layer, every step)."""
+    return _dense_core_fwd(qt, kt, vt, bias, scale)[0]
+
+
+def _recomputed_core_fwd(qt, kt, vt, bias, scale):
+    return _recomputed_core(qt, kt, vt, bias, scale), (qt, kt, vt, bias)
+
+
+def _recomputed_core_bwd(scale, inputs, dout):
+    return _dense_core_bwd(scale, _dense_core_fwd(*inputs, scale)[1], dout)
+
+
+_recomputed_core.defvjp(_recomputed_core_fwd, _recomputed_core_bwd)
 
 
 def _dense_core_bwd(scale, res, dout):
@@ -342,7 +402,8 @@ def dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segmen
         later = jnp.asarray(col[None, :] > col[:, None])  # (T, S): key chunk after the query's chunk
         skippable = ~jnp.any(mask & later)
         out = jax.lax.cond(skippable, lambda *a: _chunked_core(*a, scale, causal_chunks),
-                           lambda *a: _dense_core(*a, scale), qt, kt, vt, bias)
+                           lambda *a: (_recomputed_core if _RECOMPUTED_FALLBACK else _dense_core)(*a, scale),
+                           qt, kt, vt, bias)
     else:
         out = _dense_core(qt, kt, vt, bias, scale)
     out = out.reshape(B, KV, T, G, D).transpose(0, 2, 1, 3, 4).reshape(B, T, H, D)
@@ -422,19 +483,79 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
                                kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
                                sliding_window=cfg.sliding_window)
     else:
+        if _OWN_BUFFERS and _on_cpu():
+            q, k = _own_buffer(q), _own_buffer(k)
         out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids, self_attention=True)
     return _output_projection(cfg, lp, out), new_cache
 
 
+_OWN_BUFFERS = True
+
+
+@jax.custom_vjp
+def _own_buffer(x):
+    """x, written out in its own layout before attention reorders it, and likewise its gradient (on CPU).
+
+    XLA fuses RoPE into the copy that lays the heads out for attention's batched matmuls (and the RoPE
+    backward into the copy back); that fused loop reads the rotated pairs across the transposed layout and is
+    3x slower than the two passes apart (3.2 vs 1.1 ms for q in the train-step benchmark)."""
+    return _materialized(lambda: x, jnp.isnan(x.reshape(-1)[0]))
+
+
+def _own_buffer_fwd(x):
+    return _own_buffer(x), None
+
+
+def _own_buffer_bwd(_, g):
+    return (_own_buffer(g),)
+
+
+_own_buffer.defvjp(_own_buffer_fwd, _own_buffer_bwd)
+
+
 def _mlp_block(cfg, lp, x):
     dt = cfg.dtype
-    gate = dense("btd,df->btf", x, lp["w_gate"], dt)
-    up = dense("btd,df->btf", x, lp["w_up"], dt)
+    # 16-bit compute: the gate and up projections stay in their f32 accumulators and SwiGLU reads them there
+    # (`_swiglu`); f32 compute: the plain formula.
+    fused = _FUSED_SWIGLU and _is_16bit(dt)
+    acc = jnp.float32 if fused else None
+    gate = dense("btd,df->btf", x, lp["w_gate"], dt, acc)
+    up = dense("btd,df->btf", x, lp["w_up"], dt, acc)
     if cfg.mlp_bias:
         gate, up = add_bias(gate, lp["b_gate"]), add_bias(up, lp["b_up"])
-    h = constrain(jax.nn.silu(gate) * up, ("batch", "act_seq", "act_mlp"))
+    h = _swiglu(gate, up, jnp.dtype(dt)) if fused else jax.nn.silu(gate) * up
+    h = constrain(h, ("batch", "act_seq", "act_mlp"))
     out = dense("btf,fd->btd", h, lp["w_down"], dt)
     return add_bias(out, lp["b_down"]) if cfg.mlp_bias else out
+
+
+_FUSED_SWIGLU = True
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _swiglu(gate, up, dtype):
+    """silu(gate) * up in f32, rounded to dtype: gate/up are the f32 accumulators of their projections.
+
+    At 16-bit compute autodiff of the plain formula rounds both projections, evaluates the sigmoid on the
+    rounded gate, keeps its pieces as residuals and runs forward and backward as five separate passes over the
+    (tokens, mlp) activations (~5 ms per layer of the train-step benchmark); here the forward is one pass
+    and the backward one pass that writes both gradients."""
+    return (jax.nn.silu(gate) * up).astype(dtype)
+
+
+def _swiglu_fwd(gate, up, dtype):
+    return _swiglu(gate, up, dtype), (gate, up)
+
+
+def _swiglu_bwd(dtype, res, dh):
+    gate, up = res
+    dh = dh.astype(jnp.float32)
+    sig = jax.nn.sigmoid(gate)
+    dgate = dh * up * sig * (1.0 + gate * (1.0 - sig))
+    return dgate.astype(gate.dtype), (dh * gate * sig).astype(up.dtype)
+
+
+_swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 
 
 def _block(cfg, x, lp, cos, sin, positions, segment_ids, kv_cache, cache_index, window=None):

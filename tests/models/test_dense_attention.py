@@ -103,3 +103,28 @@ def test_causal_chunks_in_bf16_equal_the_full_block():
         scale = float(jnp.abs(r).max())
         assert float(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32)).max()) < 2e-2 * scale
         assert float(jnp.abs(a.astype(jnp.float32) - r).max()) < 4e-2 * scale
+
+
+def _zero_blocks(monkeypatch, recomputed: bool) -> int:
+    """Zero-filled f32 (B*KV, T*G, S) blocks in the compiled gradient of chunked attention."""
+    import re
+
+    import rlpt.models.transformer as tr
+    monkeypatch.setattr(tr, "_RECOMPUTED_FALLBACK", recomputed)
+    q, k, v, pos, seg = _inputs(jnp.float32)  # B=3, KV=2, G=2, T=S=24: blocks (6, 48, 24)
+
+    def f(q, k, v):
+        return jnp.sum(dense_attention(q, k, v, pos, pos, seg, seg, causal_chunks=4))
+
+    hlo = jax.jit(jax.grad(f, argnums=(0, 1, 2))).lower(q, k, v).compile().as_text()
+    consts = set(re.findall(r"%([\w.-]+) = f32\[\] constant\(0\)", hlo))
+    fills = re.findall(r"= f32\[6,48,24\]\{[\d,]+\} (?:broadcast|fusion)\(%([\w.-]+)\)", hlo)
+    return sum(c in consts for c in fills)
+
+
+def test_the_fallback_branch_saves_no_probabilities(monkeypatch):
+    """The full-block fallback of the causal-chunk cond keeps only its inputs (`_recomputed_core`): the taken
+    chunked branch then has no (B*KV, T*G, S) f32 residual of the other branch to fill with zeros each step.
+    Its values and gradients are the reference's (the permuted case of the test above runs it)."""
+    assert _zero_blocks(monkeypatch, False) > 0
+    assert _zero_blocks(monkeypatch, True) == 0

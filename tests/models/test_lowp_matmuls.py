@@ -141,3 +141,75 @@ def test_bias_and_norm_scale_gradients_equal_autodiff(dtype):
         np.testing.assert_allclose(_f32(db), _f32(wb), rtol=1e-5, atol=1e-5)
         tol = 1e-2 * float(jnp.abs(wx).max()) if dtype == BF16 else 1e-6
         np.testing.assert_allclose(_f32(dx), _f32(wx), rtol=0, atol=tol)
+
+
+def _tied_bf16_step_hlo(monkeypatch, transposed: bool) -> str:
+    import rlpt.models.transformer as tr
+    monkeypatch.setattr(tr, "_TRANSPOSED_WEIGHT_GRAD", transposed)
+    cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4,
+                      num_kv_heads=2, tie_embeddings=True, compute_dtype="bfloat16", param_dtype="float32")
+    opt = make_optimizer(OptimConfig(name="adamw", lr=1e-3, schedule="constant"), 10)
+    B, T = 4, 16
+    batch = {k: np.ones((1, B, T), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
+    batch["loss_mask"] = np.ones((1, B, T), np.float32)
+    step = build_train_step(sft_loss(cfg), opt, donate=False, compute_dtype="bfloat16")
+    return step.lower(create_state(init_model(cfg, seed=0).params, opt, seed=0), batch).compile().as_text()
+
+
+def test_tied_head_weight_gradient_does_not_transpose_the_vocab_cotangent(monkeypatch):
+    """The tied head's weight gradient is computed as (D, V) and transposed after (`_weight_grad`): the bf16
+    (tokens, vocab) cotangent is not copied into a (vocab, tokens) layout (the plain form does that: 64 MB in
+    the train-step benchmark), and the gradient equals the plain form's (test above, "btd,vd->btv")."""
+    vocab_major = re.compile(r"= bf16\[128,(64|4,16)\]")
+    assert vocab_major.search(_tied_bf16_step_hlo(monkeypatch, False))  # the layout XLA picks by itself
+    assert not vocab_major.search(_tied_bf16_step_hlo(monkeypatch, True))
+
+
+@pytest.mark.parametrize("dtype", [BF16, jnp.float32])
+def test_swiglu_equals_autodiff_of_the_plain_formula(dtype):
+    """_swiglu (16-bit compute's SwiGLU on the projections' f32 accumulators) has the values and gradients of
+    silu(gate) * up in f32, its output rounded once to the compute dtype."""
+    from rlpt.models.transformer import _swiglu
+    rng = np.random.default_rng(4)
+    gate, up = (jnp.asarray(rng.normal(size=(2, 5, 24)) * 3, jnp.float32) for _ in range(2))
+    out, vjp = jax.vjp(lambda g, u: _swiglu(g, u, jnp.dtype(dtype)), gate, up)
+    want, want_vjp = jax.vjp(lambda g, u: jax.nn.silu(g) * u, gate, up)
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(_f32(out), _f32(want.astype(dtype)))
+    dh = jnp.asarray(rng.normal(size=out.shape), dtype)
+    for mine, theirs in zip(jax.jit(vjp)(dh), want_vjp(dh.astype(jnp.float32)), strict=True):
+        assert mine.dtype == jnp.float32
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_own_buffer_is_the_identity_in_values_and_gradients():
+    """_own_buffer (q and k written out before attention's layout copy, and their gradients likewise) changes
+    no value: forward and backward are the identity, under jit and in the compiled step's loss."""
+    from rlpt.models.transformer import _own_buffer
+    x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 3, 4, 8)), BF16)
+    out, vjp = jax.vjp(jax.jit(_own_buffer), x)
+    np.testing.assert_array_equal(_f32(out), _f32(x))
+    g = x[::-1] * 2
+    np.testing.assert_array_equal(_f32(jax.jit(vjp)(g)[0]), _f32(g))
+
+
+def test_the_cpu_layout_workarounds_leave_the_bf16_step_unchanged(monkeypatch):
+    """The step's loss and gradient norm with `_own_buffer` and the transposed head gradient on equal them off
+    (bf16 rounding of q/k at the buffer may move the last bits only)."""
+    import rlpt.models.transformer as tr
+    cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                      num_kv_heads=2, tie_embeddings=True, compute_dtype="bfloat16", param_dtype="float32")
+    params = init_model(cfg, seed=0).params
+    opt = make_optimizer(OptimConfig(name="adamw", lr=1e-3, schedule="constant"), 10)
+    toks = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, 4, 17)).astype(np.int32)
+    batch = {"inputs": toks[..., :-1], "targets": toks[..., 1:],
+             "positions": np.broadcast_to(np.arange(16, dtype=np.int32), (1, 4, 16)),
+             "segment_ids": np.ones((1, 4, 16), np.int32), "loss_mask": np.ones((1, 4, 16), np.float32)}
+    got = {}
+    for on in (False, True):
+        monkeypatch.setattr(tr, "_OWN_BUFFERS", on)
+        monkeypatch.setattr(tr, "_TRANSPOSED_WEIGHT_GRAD", on)
+        step = build_train_step(sft_loss(cfg), opt, donate=False, compute_dtype="bfloat16")
+        _, m = step(create_state(params, opt, seed=0), batch)
+        got[on] = (float(m["loss"]), float(m["grad_norm"]))
+    np.testing.assert_allclose(got[True], got[False], rtol=2e-3)
