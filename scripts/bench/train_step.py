@@ -5,16 +5,23 @@ heads, MLP 704, QKV bias, tied embeddings: ~7.7M parameters; layers unrolled, `s
 Batch 16 x 256 random tokens, every token in the loss, one AdamW step (lr 1e-4, constant, global-norm clip
 1.0) per call, on both sides.
 
-rlpt: `build_train_step(sft_loss(cfg), make_optimizer(...), donate=True)`, timed after a warm-up call.
-Peer: the same initial weights written by `Model.save_pretrained` and read by
-`transformers.AutoModelForCausalLM.from_pretrained` (SDPA attention), eager forward, cross-entropy over the same
-targets, backward, `clip_grad_norm_`, `torch.optim.AdamW`. Parameters and optimizer state are float32 on both
+rlpt: `build_train_step(sft_loss(cfg), make_optimizer(...), donate=True)`, timed after --warmup untimed steps
+(default 3, interleaved like the timed ones, both sides): the first compiles ours; in the next ones glibc's heap
+can still grow by ~1 GB in a step (~250k page faults, a 2-3x slower step) before it reaches its working set.
+Both sides read the same initial weights from one folder written by `Model.save_pretrained`: rlpt through
+`rlpt.models.load_pretrained`, the peer through `transformers.AutoModelForCausalLM.from_pretrained` (SDPA
+attention), eager forward, cross-entropy over the same targets, backward, `clip_grad_norm_`, `torch.optim.AdamW`.
+Parameters and optimizer state are float32 on both
 sides in every variant; variants differ in compute precision only:
   rlpt f32, rlpt bf16 (compute_dtype=bfloat16: bf16 matmuls accumulating in f32, f32 softmax and loss),
   torch f32, torch bf16 (torch.autocast("cpu", bfloat16)), torch f32_1t (f32 with torch.set_num_threads(1):
   on an oversubscribed machine torch's OpenMP threads spin-wait and one thread can be faster).
-Variants are interleaved step by step (A B C D A B C D ...) so load noise hits all of them alike; each reports
-the median over the timed steps. ratio = best rlpt variant / best torch variant (the peer at its fastest).
+Each variant runs in its own worker process (this script with --worker), all started by one run and driven
+step by step in turn (A B C D A B C D ...: one step at a time, the others wait idle), so load noise hits all of
+them alike; each reports the median over the timed steps. Separate processes keep each side's allocator and
+thread pools to itself: in one process torch's allocations fragmented the shared glibc heap, which then grew by
+~1 GB in some of rlpt's steps (2-3x slower steps), and each side's steps ran 10-25% slower next to the other's.
+ratio = best rlpt variant / best torch variant (the peer at its fastest).
 MFU = achieved FLOP/s (ModelConfig.flops_per_token, attention included) / measured matmul peak of the matching
 precision (a jitted 2048^3 matmul in JAX, f32 and bf16 inputs with preferred_element_type=f32).
 
@@ -39,6 +46,8 @@ tune_malloc()
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -51,7 +60,7 @@ import yaml  # noqa: E402
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 sys.path.insert(0, ROOT)
 from rlpt.config.schema import OptimConfig  # noqa: E402
-from rlpt.models import ModelConfig, init_model  # noqa: E402
+from rlpt.models import ModelConfig, init_model, load_pretrained  # noqa: E402
 from rlpt.train.losses import sft_loss  # noqa: E402
 from rlpt.train.optim import make_optimizer  # noqa: E402
 from rlpt.train.state import create_state  # noqa: E402
@@ -139,13 +148,63 @@ class TorchStep:
         return float(loss.detach())
 
 
+def make_step(variant, folder, batch, seq, threads):
+    cfg = model_config()
+    inputs, targets = make_batch(cfg, batch, seq)
+    if variant.startswith("rlpt"):
+        params = load_pretrained(folder, param_dtype="float32").params
+        return RlptStep(params, "float32" if variant.endswith("f32") else "bfloat16", inputs, targets)
+    return TorchStep(folder, variant.endswith("bf16"), inputs, targets, 1 if variant.endswith("_1t") else threads)
+
+
+def worker(args):
+    """One variant's step in this process: answers each "step" line on stdin with "RESULT seconds loss"."""
+    fn = make_step(args.worker, args.folder, args.batch, args.seq, args.threads)
+    for line in sys.stdin:
+        if line.strip() != "step":
+            break
+        t = time.perf_counter()
+        loss = fn()
+        print(f"RESULT {time.perf_counter() - t} {loss}", flush=True)
+
+
+class Worker:
+    """A worker process for one variant; step() runs one step there and returns (seconds, loss)."""
+
+    def __init__(self, variant, folder, args, threads):
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", variant, "--folder", folder,
+               "--batch", str(args.batch), "--seq", str(args.seq), "--threads", str(threads)]
+        self.variant = variant
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def step(self):
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                seconds, loss = line.split()[1:]
+                return float(seconds), float(loss)
+        raise SystemExit(f"worker {self.variant} exited (code {self.proc.wait()}); its stderr is above")
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per variant (median reported)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--variants", default=",".join(ALL_VARIANTS))
+    ap.add_argument("--warmup", type=int, default=3,
+                    help="untimed steps per variant first (compile; the allocators reach their working set)")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--folder", help=argparse.SUPPRESS)
+    ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        return worker(args)
     variants = args.variants.split(",")
     for v in variants:
         if v not in ALL_VARIANTS:
@@ -164,29 +223,20 @@ def main():
           f"({args.batch} x {args.seq} tokens); jax {jax.__version__}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}, torch threads {torch.get_num_threads()}", flush=True)
 
-    model = init_model(cfg, seed=0)
-    inputs, targets = make_batch(cfg, args.batch, args.seq)
-    steps = {}
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
-        for v in variants:
-            if v.startswith("rlpt"):
-                steps[v] = RlptStep(model.params, "float32" if v.endswith("f32") else "bfloat16", inputs, targets)
-            else:
-                steps[v] = TorchStep(folder, v.endswith("bf16"), inputs, targets,
-                                     1 if v.endswith("_1t") else default_threads)
+    folder = tempfile.mkdtemp(prefix="rlpt_train_step_")
+    init_model(cfg, seed=0).save_pretrained(folder)
+    steps = {v: Worker(v, folder, args, default_threads) for v in variants}
     first_loss, compile_s = {}, {}
-    for v, fn in steps.items():  # warm-up: compiles ours, lets torch allocate; not timed
-        t = time.perf_counter()
-        first_loss[v] = fn()
-        compile_s[v] = time.perf_counter() - t
+    for v, w in steps.items():  # warm-up: compiles ours, lets torch allocate; not timed
+        compile_s[v], first_loss[v] = w.step()
         print(f"warm-up {v}: {compile_s[v]:.1f} s, initial loss {first_loss[v]:.4f}", flush=True)
+    for _ in range(args.warmup - 1):  # interleaved like the timed rounds
+        for w in steps.values():
+            w.step()
     times = {v: [] for v in steps}
     for r in range(args.repeats):
-        for v, fn in steps.items():
-            t = time.perf_counter()
-            fn()
-            times[v].append(time.perf_counter() - t)
+        for v, w in steps.items():
+            times[v].append(w.step()[0])
         print(f"round {r + 1}: " + ", ".join(f"{v} {times[v][-1]:.2f} s" for v in steps), flush=True)
 
     results = {}
@@ -196,9 +246,13 @@ def main():
         results[v] = {"tokens_per_s": tokens / med, "step_s": med, "mfu": flops_step / med / peak[prec],
                       "compute": prec, "params": "float32", "optimizer_state": "float32",
                       "initial_loss": first_loss[v],
-                      "threads": steps[v].threads if v.startswith("torch") else "xla default"}
+                      "threads": (1 if v.endswith("_1t") else default_threads) if v.startswith("torch")
+                      else "xla default"}
         print(f"{v:12s} {tokens / med:9.1f} tok/s  step {med:.3f} s  MFU {results[v]['mfu'] * 100:.1f}% "
               f"(of {prec} peak)  params/AdamW state f32", flush=True)
+    for w in steps.values():
+        w.close()
+    shutil.rmtree(folder, ignore_errors=True)
     ours = [v for v in results if v.startswith("rlpt")]
     peers = [v for v in results if v.startswith("torch")]
     best_ours = max(ours, key=lambda v: results[v]["tokens_per_s"]) if ours else None
@@ -220,7 +274,7 @@ def main():
         "ours": results[best_ours]["tokens_per_s"] if best_ours else None, "ours_variant": best_ours,
         "peer": results[best_peer]["tokens_per_s"] if best_peer else None, "peer_variant": best_peer,
         "ratio": ratio, "ratio_same_precision": same, "goal": ">= 1.5x PyTorch",
-        "peak_flops": peak, "flops_per_step": flops_step, "repeats": args.repeats,
+        "peak_flops": peak, "flops_per_step": flops_step, "repeats": args.repeats, "warmup": args.warmup,
         "variants": results, "compile_or_warmup_s": compile_s}))
 
 
