@@ -313,8 +313,17 @@ def _contract_queries(a, b):
     N, Q = a.shape[:2]
     if _is_16bit(a.dtype) and Q % 2 == 0:
         a, b = a.reshape(N, 2, Q // 2, a.shape[-1]), b.reshape(N, 2, Q // 2, b.shape[-1])
-        return jnp.einsum("nabs,nabd->nsd", a, b, preferred_element_type=jnp.float32)
+        if not (_KEY_MAJOR_LAST and _on_cpu()) or b.shape[-1] >= a.shape[-1]:
+            return jnp.einsum("nabs,nabd->nsd", a, b, preferred_element_type=jnp.float32)
+        # XLA:CPU copies the operand whose free axis leads the output into a transposed layout: b's (N, Q, Dh)
+        # is the smaller one (a is a (queries, keys) block), so the dot writes (N, Dh, S), transposed after
+        # (`_weight_grad` does the same for the head).
+        out = jnp.einsum("nabd,nabs->nds", b, a, preferred_element_type=jnp.float32)
+        return _materialized(lambda: out.transpose(0, 2, 1), jnp.isnan(out.reshape(-1)[0]))
     return jnp.einsum("nqs,nqd->nsd", a, b, preferred_element_type=jnp.float32)
+
+
+_KEY_MAJOR_LAST = True
 
 
 def dense_self_attention(q, k, v, positions, segment_ids, *, sliding_window=None):

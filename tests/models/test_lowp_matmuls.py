@@ -213,3 +213,21 @@ def test_the_cpu_layout_workarounds_leave_the_bf16_step_unchanged(monkeypatch):
         _, m = step(create_state(params, opt, seed=0), batch)
         got[on] = (float(m["loss"]), float(m["grad_norm"]))
     np.testing.assert_allclose(got[True], got[False], rtol=2e-3)
+
+
+def test_contract_queries_copies_the_small_operand(monkeypatch):
+    """At 16 bits the key-side contraction is computed as (N, Dh, S) and transposed after: XLA:CPU then copies
+    the (N, Q, Dh) operand into a transposed layout, not the (N, Q, S) probabilities (the plain output order
+    copies those: 64 such blocks per train step of the benchmark)."""
+    import rlpt.models.transformer as tr
+    a = jnp.zeros((3, 12, 40), BF16)
+    b = jnp.zeros((3, 12, 4), BF16)
+
+    def big_copies(key_major_last):
+        monkeypatch.setattr(tr, "_KEY_MAJOR_LAST", key_major_last)
+        hlo = jax.jit(lambda a, b: tr._contract_queries(a, b)).lower(a, b).compile().as_text()
+        shapes = re.findall(r"= bf16\[([\d,]+)\]\{[\d,]+\} (?:copy|fusion)\(", hlo)
+        return [s for s in shapes if np.prod([int(d) for d in s.split(",")]) == a.size]
+
+    assert big_copies(False)  # the (N, S, Q)-ordered copy of the probabilities
+    assert not big_copies(True)
