@@ -191,6 +191,9 @@ def _dense_lowp_bwd(eq, dtype, out_dtype, res, g):
     return dx.astype(x.dtype), _weight_grad(xs, out, ws, x.astype(dtype), g).astype(w.dtype)
 
 
+_dense_lowp.defvjp(_dense_lowp_fwd, _dense_lowp_bwd)
+
+
 def _weight_grad(xs, out, ws, x, g):
     """einsum(f"{xs},{out}->{ws}", x, g) in f32: the weight gradient, a contraction over the token axes.
 
@@ -208,6 +211,9 @@ def _weight_grad(xs, out, ws, x, g):
     return _materialized(lambda: dw.transpose(perm), jnp.isnan(dw.reshape(-1)[0]))
 
 
+# Switches for this module's measured rewrites of the plain forms (_TRANSPOSED_WEIGHT_GRAD, _P_LOWP,
+# _RECOMPUTED_FALLBACK, _KEY_MAJOR_LAST, _OWN_BUFFERS, _FUSED_SWIGLU): on by default, each faster in the
+# train-step benchmark's profile; tests and A/B runs flip them before tracing.
 _TRANSPOSED_WEIGHT_GRAD = True
 
 
@@ -224,9 +230,6 @@ def _materialized(fn, again):
     trips = 1 + again.astype(jnp.int32)
     zero = (jnp.zeros((), jnp.int32), jnp.zeros(out.shape, out.dtype))
     return jax.lax.while_loop(lambda c: c[0] < trips, lambda c: (c[0] + 1, fn()), zero)[1]
-
-
-_dense_lowp.defvjp(_dense_lowp_fwd, _dense_lowp_bwd)
 
 
 def _masked_scores(qt, kt, bias, scale):
@@ -548,7 +551,7 @@ def _swiglu(gate, up, dtype):
     At 16-bit compute autodiff of the plain formula rounds both projections, evaluates the sigmoid on the
     rounded gate, keeps its pieces as residuals and runs forward and backward as five separate passes over the
     (tokens, mlp) activations (~5 ms per layer of the train-step benchmark); here the forward is one pass
-    and the backward one pass that writes both gradients."""
+    and the backward one pass per gradient."""
     return (jax.nn.silu(gate) * up).astype(dtype)
 
 
