@@ -1,11 +1,11 @@
 """Rotary position embeddings and their scalings (linear, dynamic NTK, YaRN, Llama-3), as in HF."""
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models.config import ModelConfig
+from rlpt.models.xla_cpu import materialized
 
 
 def _base_inv_freq(base: float, dim: int) -> np.ndarray:
@@ -94,18 +94,11 @@ def _materialized_cos_sin(emb, scale, positions):
     """(cos(emb) * scale, sin(emb) * scale), computed once into buffers.
 
     Left to itself XLA fuses the cos/sin into every layer's RoPE, forward and backward, and evaluates them once
-    per head there (~5 ms per fusion in the 10M train-step benchmark: ~10% of the step). An optimization
-    barrier does not stop it on CPU (it is expanded before fusion) and XLA turns a small conditional into a
-    select; a while loop's results are buffers, so the values come out of a loop whose trip count XLA cannot
-    know (1; 2 for a batch with negative positions), and every trip computes the same values.
+    per head there (~5 ms per fusion in the 10M train-step benchmark: ~10% of the step). They come out of
+    `materialized`'s loop instead, whose trip count XLA cannot know (1; 2 for a batch with negative positions),
+    every trip computing the same values.
     """
-    def body(carry):
-        return carry[0] + 1, jnp.cos(emb) * scale, jnp.sin(emb) * scale
-
-    trips = 1 + (jnp.min(positions) < 0).astype(jnp.int32)
-    zeros = jnp.zeros_like(emb)
-    _, cos, sin = jax.lax.while_loop(lambda c: c[0] < trips, body, (jnp.zeros((), jnp.int32), zeros, zeros))
-    return cos, sin
+    return materialized(lambda: (jnp.cos(emb) * scale, jnp.sin(emb) * scale), jnp.min(positions) < 0)
 
 
 def apply_rope(x, cos, sin):

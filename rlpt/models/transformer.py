@@ -11,6 +11,7 @@ from kernels.mask import attention_mask
 from kernels.reference import MASK_VALUE
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.rope import apply_rope, rope_cos_sin
+from rlpt.models.xla_cpu import materialized, on_cpu
 from rlpt.parallel.rules import constrain
 
 ACT = ("batch", "act_seq", "act_embed")
@@ -197,39 +198,31 @@ _dense_lowp.defvjp(_dense_lowp_fwd, _dense_lowp_bwd)
 def _weight_grad(xs, out, ws, x, g):
     """einsum(f"{xs},{out}->{ws}", x, g) in f32: the weight gradient, a contraction over the token axes.
 
-    XLA:CPU runs it as a dot whose first operand is the one whose free axes lead `ws`, and copies that operand
-    into a transposed layout first. When that is the cotangent and it is the larger operand (the head's
-    (tokens, vocab) cotangent against (tokens, width) inputs: a 64 MB copy in the train-step benchmark) the
-    gradient is computed the other way round and transposed after, out of a while loop (XLA folds a plain
-    transpose back into the dot, and the bf16 dot form that gives is one its runtime rejects)."""
-    x_free = "".join(c for c in ws if c in xs)
+    When the cotangent's free axes lead `ws` and it is the larger operand (the head's (tokens, vocab) cotangent
+    against (tokens, width) inputs: a 64 MB copy in the train-step benchmark), `_small_operand_copied`."""
     g_free = "".join(c for c in ws if c not in xs)
-    if not (_TRANSPOSED_WEIGHT_GRAD and _on_cpu()) or ws != g_free + x_free or g.size <= x.size:
-        return jnp.einsum(f"{xs},{out}->{ws}", x, g, preferred_element_type=jnp.float32)
-    dw = jnp.einsum(f"{xs},{out}->{x_free + g_free}", x, g, preferred_element_type=jnp.float32)
-    perm = tuple(range(len(x_free), dw.ndim)) + tuple(range(len(x_free)))
-    return _materialized(lambda: dw.transpose(perm), jnp.isnan(dw.reshape(-1)[0]))
+    if _SMALL_OPERAND_COPIED and on_cpu() and ws.startswith(g_free) and g.size > x.size:
+        return _small_operand_copied(xs, out, ws, x, g)
+    return jnp.einsum(f"{xs},{out}->{ws}", x, g, preferred_element_type=jnp.float32)
 
 
-# Switches for this module's measured rewrites of the plain forms (_TRANSPOSED_WEIGHT_GRAD, _P_LOWP,
-# _RECOMPUTED_FALLBACK, _KEY_MAJOR_LAST, _OWN_BUFFERS, _FUSED_SWIGLU): on by default, each faster in the
-# train-step benchmark's profile; tests and A/B runs flip them before tracing.
-_TRANSPOSED_WEIGHT_GRAD = True
+def _small_operand_copied(sx, sy, out, x, y):
+    """einsum(f"{sx},{sy}->{out}", x, y) in f32, computed with x's free axes ahead of y's and transposed to `out`
+    after: XLA:CPU copies the operand whose free axes lead a dot's output into a transposed layout, and x should
+    be the smaller one. The transpose comes out of `materialized` (XLA folds a plain one back into the dot, and
+    the bf16 dot form that gives is one its runtime rejects)."""
+    batch = "".join(c for c in out if c in sx and c in sy)
+    order = batch + "".join(c for c in out if c in sx and c not in sy) + "".join(
+        c for c in out if c in sy and c not in sx)
+    res = jnp.einsum(f"{sx},{sy}->{order}", x, y, preferred_element_type=jnp.float32)
+    perm = tuple(order.index(c) for c in out)
+    return materialized(lambda: res.transpose(perm), jnp.isnan(res.reshape(-1)[0]))
 
 
-def _on_cpu() -> bool:
-    """The layout work-arounds here answer XLA:CPU's choices; other backends compile the plain forms."""
-    return jax.default_backend() == "cpu"
-
-
-def _materialized(fn, again):
-    """fn() computed into its own buffer: the body of a while loop of 1 trip (2 when the runtime bool `again`
-    holds; the same value), which XLA cannot fold into its neighbours. Reach for it only where a measured
-    fusion or layout choice of XLA:CPU is the problem."""
-    out = jax.eval_shape(fn)
-    trips = 1 + again.astype(jnp.int32)
-    zero = (jnp.zeros((), jnp.int32), jnp.zeros(out.shape, out.dtype))
-    return jax.lax.while_loop(lambda c: c[0] < trips, lambda c: (c[0] + 1, fn()), zero)[1]
+# Switches for this module's measured rewrites of the plain forms (_SMALL_OPERAND_COPIED, _RECOMPUTED_FALLBACK,
+# _OWN_BUFFERS): on by default, each faster in the train-step benchmark's profile; tests flip them before
+# tracing to compare with the plain forms.
+_SMALL_OPERAND_COPIED = True
 
 
 def _masked_scores(qt, kt, bias, scale):
@@ -257,10 +250,9 @@ def _dense_core_fwd(qt, kt, vt, bias, scale):
     out = out.astype(qt.dtype)
     # 16-bit compute keeps the probabilities as the matmul reads them (half the bytes written and read back);
     # the backward's ds, rounded to 16 bits for its matmuls anyway, takes one more rounding from them.
-    return out, (qt, kt, vt, p_low if _P_LOWP and _is_16bit(vt.dtype) else p, l, out)
+    return out, (qt, kt, vt, p_low if _is_16bit(vt.dtype) else p, l, out)
 
 
-_P_LOWP = True
 _RECOMPUTED_FALLBACK = True
 
 
@@ -316,17 +308,11 @@ def _contract_queries(a, b):
     N, Q = a.shape[:2]
     if _is_16bit(a.dtype) and Q % 2 == 0:
         a, b = a.reshape(N, 2, Q // 2, a.shape[-1]), b.reshape(N, 2, Q // 2, b.shape[-1])
-        if not (_KEY_MAJOR_LAST and _on_cpu()) or b.shape[-1] >= a.shape[-1]:
-            return jnp.einsum("nabs,nabd->nsd", a, b, preferred_element_type=jnp.float32)
-        # XLA:CPU copies the operand whose free axis leads the output into a transposed layout: b's (N, Q, Dh)
-        # is the smaller one (a is a (queries, keys) block), so the dot writes (N, Dh, S), transposed after
-        # (`_weight_grad` does the same for the head).
-        out = jnp.einsum("nabd,nabs->nds", b, a, preferred_element_type=jnp.float32)
-        return _materialized(lambda: out.transpose(0, 2, 1), jnp.isnan(out.reshape(-1)[0]))
+        if _SMALL_OPERAND_COPIED and on_cpu() and b.shape[-1] < a.shape[-1]:
+            # b's (N, Q, Dh) is smaller than the (queries, keys) block a: the dot writes (N, Dh, S)
+            return _small_operand_copied("nabd", "nabs", "nsd", b, a)
+        return jnp.einsum("nabs,nabd->nsd", a, b, preferred_element_type=jnp.float32)
     return jnp.einsum("nqs,nqd->nsd", a, b, preferred_element_type=jnp.float32)
-
-
-_KEY_MAJOR_LAST = True
 
 
 def dense_self_attention(q, k, v, positions, segment_ids, *, sliding_window=None):
@@ -495,7 +481,7 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
                                kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
                                sliding_window=cfg.sliding_window)
     else:
-        if _OWN_BUFFERS and _on_cpu():
+        if _OWN_BUFFERS and on_cpu():
             q, k = _own_buffer(q), _own_buffer(k)
         out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids, self_attention=True)
     return _output_projection(cfg, lp, out), new_cache
@@ -511,7 +497,7 @@ def _own_buffer(x):
     XLA fuses RoPE into the copy that lays the heads out for attention's batched matmuls (and the RoPE
     backward into the copy back); that fused loop reads the rotated pairs across the transposed layout and is
     3x slower than the two passes apart (3.2 vs 1.1 ms for q in the train-step benchmark)."""
-    return _materialized(lambda: x, jnp.isnan(x.reshape(-1)[0]))
+    return materialized(lambda: x, jnp.isnan(x.reshape(-1)[0]))
 
 
 def _own_buffer_fwd(x):
@@ -529,7 +515,7 @@ def _mlp_block(cfg, lp, x):
     dt = cfg.dtype
     # 16-bit compute: the gate and up projections stay in their f32 accumulators and SwiGLU reads them there
     # (`_swiglu`); f32 compute: the plain formula.
-    fused = _FUSED_SWIGLU and _is_16bit(dt)
+    fused = _is_16bit(dt)
     acc = jnp.float32 if fused else None
     gate = dense("btd,df->btf", x, lp["w_gate"], dt, acc)
     up = dense("btd,df->btf", x, lp["w_up"], dt, acc)
@@ -539,9 +525,6 @@ def _mlp_block(cfg, lp, x):
     h = constrain(h, ("batch", "act_seq", "act_mlp"))
     out = dense("btf,fd->btd", h, lp["w_down"], dt)
     return add_bias(out, lp["b_down"]) if cfg.mlp_bias else out
-
-
-_FUSED_SWIGLU = True
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

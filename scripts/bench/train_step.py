@@ -11,8 +11,8 @@ can still grow by ~1 GB in a step (~250k page faults, a 2-3x slower step) before
 Both sides read the same initial weights from one folder written by `Model.save_pretrained`: rlpt through
 `rlpt.models.load_pretrained`, the peer through `transformers.AutoModelForCausalLM.from_pretrained` (SDPA
 attention), eager forward, cross-entropy over the same targets, backward, `clip_grad_norm_`, `torch.optim.AdamW`.
-Parameters and optimizer state are float32 on both
-sides in every variant; variants differ in compute precision only:
+Parameters and optimizer state are float32 on both sides in every variant; variants differ in compute precision
+only:
   rlpt f32, rlpt bf16 (compute_dtype=bfloat16: bf16 matmuls accumulating in f32, f32 softmax and loss),
   torch f32, torch bf16 (torch.autocast("cpu", bfloat16)), torch f32_1t (f32 with torch.set_num_threads(1):
   on an oversubscribed machine torch's OpenMP threads spin-wait and one thread can be faster).
@@ -148,13 +148,16 @@ class TorchStep:
         return float(loss.detach())
 
 
+def torch_threads(variant, default):
+    return 1 if variant.endswith("_1t") else default
+
+
 def make_step(variant, folder, batch, seq, threads):
-    cfg = model_config()
-    inputs, targets = make_batch(cfg, batch, seq)
+    inputs, targets = make_batch(model_config(), batch, seq)
     if variant.startswith("rlpt"):
         params = load_pretrained(folder, param_dtype="float32").params
         return RlptStep(params, "float32" if variant.endswith("f32") else "bfloat16", inputs, targets)
-    return TorchStep(folder, variant.endswith("bf16"), inputs, targets, 1 if variant.endswith("_1t") else threads)
+    return TorchStep(folder, variant.endswith("bf16"), inputs, targets, torch_threads(variant, threads))
 
 
 def worker(args):
@@ -246,8 +249,7 @@ def main():
         results[v] = {"tokens_per_s": tokens / med, "step_s": med, "mfu": flops_step / med / peak[prec],
                       "compute": prec, "params": "float32", "optimizer_state": "float32",
                       "initial_loss": first_loss[v],
-                      "threads": (1 if v.endswith("_1t") else default_threads) if v.startswith("torch")
-                      else "xla default"}
+                      "threads": torch_threads(v, default_threads) if v.startswith("torch") else "xla default"}
         print(f"{v:12s} {tokens / med:9.1f} tok/s  step {med:.3f} s  MFU {results[v]['mfu'] * 100:.1f}% "
               f"(of {prec} peak)  params/AdamW state f32", flush=True)
     for w in steps.values():

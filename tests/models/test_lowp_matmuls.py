@@ -145,7 +145,7 @@ def test_bias_and_norm_scale_gradients_equal_autodiff(dtype):
 
 def _tied_bf16_step_hlo(monkeypatch, transposed: bool) -> str:
     import rlpt.models.transformer as tr
-    monkeypatch.setattr(tr, "_TRANSPOSED_WEIGHT_GRAD", transposed)
+    monkeypatch.setattr(tr, "_SMALL_OPERAND_COPIED", transposed)
     cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4,
                       num_kv_heads=2, tie_embeddings=True, compute_dtype="bfloat16", param_dtype="float32")
     opt = make_optimizer(OptimConfig(name="adamw", lr=1e-3, schedule="constant"), 10)
@@ -208,7 +208,7 @@ def test_the_cpu_layout_workarounds_leave_the_bf16_step_unchanged(monkeypatch):
     got = {}
     for on in (False, True):
         monkeypatch.setattr(tr, "_OWN_BUFFERS", on)
-        monkeypatch.setattr(tr, "_TRANSPOSED_WEIGHT_GRAD", on)
+        monkeypatch.setattr(tr, "_SMALL_OPERAND_COPIED", on)
         step = build_train_step(sft_loss(cfg), opt, donate=False, compute_dtype="bfloat16")
         _, m = step(create_state(params, opt, seed=0), batch)
         got[on] = (float(m["loss"]), float(m["grad_norm"]))
@@ -224,7 +224,7 @@ def test_contract_queries_copies_the_small_operand(monkeypatch):
     b = jnp.zeros((3, 12, 4), BF16)
 
     def big_copies(key_major_last):
-        monkeypatch.setattr(tr, "_KEY_MAJOR_LAST", key_major_last)
+        monkeypatch.setattr(tr, "_SMALL_OPERAND_COPIED", key_major_last)
         hlo = jax.jit(lambda a, b: tr._contract_queries(a, b)).lower(a, b).compile().as_text()
         shapes = re.findall(r"= bf16\[([\d,]+)\]\{[\d,]+\} (?:copy|fusion)\(", hlo)
         return [s for s in shapes if np.prod([int(d) for d in s.split(",")]) == a.size]
