@@ -155,36 +155,32 @@ add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
 
 
 def dense(eq, x, w, dtype, out_dtype=None):
-    """einsum in the compute dtype; bf16 accumulates in f32 (the fast path on XLA:CPU too). The result is in
-    out_dtype (default: the compute dtype).
-
-    16-bit compute differentiates through `_dense_lowp`, whose backward runs both matmuls in the compute dtype."""
+    """einsum in the compute dtype, accumulating in f32 (bf16's fast path on XLA:CPU too). The result is in
+    out_dtype (default: the compute dtype). Differentiated through `_dense_vjp`."""
     out_dtype = jnp.dtype(dtype if out_dtype is None else out_dtype)
-    if _is_16bit(dtype):
-        return _dense_lowp(eq, x, w, jnp.dtype(dtype), out_dtype)
-    out = jnp.einsum(eq, x, w.astype(dtype), preferred_element_type=jnp.float32)
-    return out.astype(out_dtype)
+    return _dense_vjp(eq, x, w, jnp.dtype(dtype), out_dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
-def _dense_lowp(eq, x, w, dtype, out_dtype):
-    """`dense` at a 16-bit compute dtype: einsum(eq, x, w) with f32 accumulation, rounded to out_dtype.
+def _dense_vjp(eq, x, w, dtype, out_dtype):
+    """einsum(eq, x, w) in `dtype` with f32 accumulation, rounded to out_dtype; its backward:
 
-    Autodiff would hand each matmul's transpose the cotangent of its f32 accumulator (a 16-bit x f32
-    product, which XLA runs as an f32 matmul: the whole backward at f32 speed); this VJP rounds the
-    incoming cotangent to the compute dtype once, as torch autocast's backward does, so the input and weight
-    gradients are 16-bit matmuls accumulating in f32. The weight gradient is returned in w's dtype straight
-    from its f32 accumulator (f32 master weights get an unrounded gradient).
+    - at a 16-bit compute dtype autodiff would hand each matmul's transpose the cotangent of its f32
+      accumulator (a 16-bit x f32 product, which XLA runs as an f32 matmul: the whole backward at f32 speed);
+      this VJP rounds the incoming cotangent to the compute dtype once, as torch autocast's backward does, so
+      the input and weight gradients are 16-bit matmuls accumulating in f32;
+    - in every dtype the weight gradient takes `_weight_grad`'s operand order, and comes back in w's dtype
+      straight from its f32 accumulator (f32 master weights get an unrounded gradient).
     """
     out = jnp.einsum(eq, x.astype(dtype), w.astype(dtype), preferred_element_type=jnp.float32)
     return out.astype(out_dtype)
 
 
-def _dense_lowp_fwd(eq, x, w, dtype, out_dtype):
-    return _dense_lowp(eq, x, w, dtype, out_dtype), (x, w)
+def _dense_vjp_fwd(eq, x, w, dtype, out_dtype):
+    return _dense_vjp(eq, x, w, dtype, out_dtype), (x, w)
 
 
-def _dense_lowp_bwd(eq, dtype, out_dtype, res, g):
+def _dense_vjp_bwd(eq, dtype, out_dtype, res, g):
     x, w = res
     (xs, ws), out = eq.split("->")[0].split(","), eq.split("->")[1]
     g = g.astype(dtype)
@@ -192,17 +188,20 @@ def _dense_lowp_bwd(eq, dtype, out_dtype, res, g):
     return dx.astype(x.dtype), _weight_grad(xs, out, ws, x.astype(dtype), g).astype(w.dtype)
 
 
-_dense_lowp.defvjp(_dense_lowp_fwd, _dense_lowp_bwd)
+_dense_vjp.defvjp(_dense_vjp_fwd, _dense_vjp_bwd)
 
 
 def _weight_grad(xs, out, ws, x, g):
     """einsum(f"{xs},{out}->{ws}", x, g) in f32: the weight gradient, a contraction over the token axes.
 
-    When the cotangent's free axes lead `ws` and it is the larger operand (the head's (tokens, vocab) cotangent
-    against (tokens, width) inputs: a 64 MB copy in the train-step benchmark), `_small_operand_copied`."""
-    g_free = "".join(c for c in ws if c not in xs)
-    if _SMALL_OPERAND_COPIED and on_cpu() and ws.startswith(g_free) and g.size > x.size:
-        return _small_operand_copied(xs, out, ws, x, g)
+    On CPU it is computed with the smaller operand's free axes first (`_small_operand_copied`): left to itself
+    XLA:CPU copied the larger one into a transposed layout, e.g. the head's (tokens, vocab) cotangent (64 MB
+    in bf16, 128 MB in f32 in the train-step benchmark) and the MLP's (tokens, mlp) activations for the down
+    projection (f32 train step 1.04-1.07x in interleaved A/Bs on an AVX2 CPU, docs/benchmarks.md)."""
+    if _SMALL_OPERAND_COPIED and on_cpu():
+        if x.size <= g.size:
+            return _small_operand_copied(xs, out, ws, x, g)
+        return _small_operand_copied(out, xs, ws, g, x)
     return jnp.einsum(f"{xs},{out}->{ws}", x, g, preferred_element_type=jnp.float32)
 
 
@@ -216,6 +215,8 @@ def _small_operand_copied(sx, sy, out, x, y):
         c for c in out if c in sy and c not in sx)
     res = jnp.einsum(f"{sx},{sy}->{order}", x, y, preferred_element_type=jnp.float32)
     perm = tuple(order.index(c) for c in out)
+    if perm == tuple(range(len(perm))):
+        return res
     return materialized(lambda: res.transpose(perm), jnp.isnan(res.reshape(-1)[0]))
 
 

@@ -1,6 +1,6 @@
 """16-bit compute: the projections' custom VJP and the attention backward's key-side contraction.
 
-`dense` at bf16 differentiates through `_dense_lowp`: the incoming cotangent is rounded to bf16 once and both
+`dense` differentiates through `_dense_vjp`; at bf16 the incoming cotangent is rounded to bf16 once and both
 gradient matmuls take bf16 operands with f32 accumulation (autodiff would pair the f32 cotangent with bf16
 weights, which XLA:CPU runs as f32 matmuls). The weight gradient comes back in the weight's dtype unrounded.
 """
@@ -61,7 +61,7 @@ def test_dense_bf16_gradients_are_bf16_matmuls_of_the_rounded_cotangent(eq, xs, 
         assert err < 2e-2, err
 
 
-def test_dense_f32_is_plain_autodiff():
+def test_dense_f32_gradients_equal_plain_autodiff():
     rng = np.random.default_rng(1)
     x, w = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in ((2, 3, 8), (8, 6)))
     g = jnp.asarray(rng.normal(size=(2, 3, 6)), jnp.float32)
@@ -143,26 +143,29 @@ def test_bias_and_norm_scale_gradients_equal_autodiff(dtype):
         np.testing.assert_allclose(_f32(dx), _f32(wx), rtol=0, atol=tol)
 
 
-def _tied_bf16_step_hlo(monkeypatch, transposed: bool) -> str:
+def _tied_step_hlo(monkeypatch, transposed: bool, dtype: str) -> str:
     import rlpt.models.transformer as tr
     monkeypatch.setattr(tr, "_SMALL_OPERAND_COPIED", transposed)
-    cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4,
-                      num_kv_heads=2, tie_embeddings=True, compute_dtype="bfloat16", param_dtype="float32")
+    cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4,
+                      num_kv_heads=2, tie_embeddings=True, compute_dtype=dtype, param_dtype="float32")
     opt = make_optimizer(OptimConfig(name="adamw", lr=1e-3, schedule="constant"), 10)
     B, T = 4, 16
     batch = {k: np.ones((1, B, T), np.int32) for k in ("inputs", "targets", "positions", "segment_ids")}
     batch["loss_mask"] = np.ones((1, B, T), np.float32)
-    step = build_train_step(sft_loss(cfg), opt, donate=False, compute_dtype="bfloat16")
+    step = build_train_step(sft_loss(cfg), opt, donate=False, compute_dtype=dtype)
     return step.lower(create_state(init_model(cfg, seed=0).params, opt, seed=0), batch).compile().as_text()
 
 
-def test_tied_head_weight_gradient_does_not_transpose_the_vocab_cotangent(monkeypatch):
-    """The tied head's weight gradient is computed as (D, V) and transposed after (`_weight_grad`): the bf16
-    (tokens, vocab) cotangent is not copied into a (vocab, tokens) layout (the plain form does that: 64 MB in
-    the train-step benchmark), and the gradient equals the plain form's (test above, "btd,vd->btv")."""
-    vocab_major = re.compile(r"= bf16\[128,(64|4,16)\]")
-    assert vocab_major.search(_tied_bf16_step_hlo(monkeypatch, False))  # the layout XLA picks by itself
-    assert not vocab_major.search(_tied_bf16_step_hlo(monkeypatch, True))
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_weight_gradients_do_not_transpose_the_large_operand(monkeypatch, dtype):
+    """Weight gradients are computed with the smaller operand's free axes first and transposed after
+    (`_weight_grad`): neither the tied head's (tokens, vocab) cotangent nor the down projection's (tokens, mlp)
+    activations are copied into a (vocab | mlp, tokens) layout, as the plain forms are (128 MB and 4 x 11.5 MB
+    per layer in the f32 train-step benchmark); the gradients equal the plain forms' (tests above)."""
+    t = {"bfloat16": "bf16", "float32": "f32"}[dtype]
+    feature_major = re.compile(rf"= {t}\[(128|48),(64|4,16)\]")  # vocab 128 / mlp 48 ahead of the 4 x 16 tokens
+    assert feature_major.search(_tied_step_hlo(monkeypatch, False, dtype))  # the layouts XLA picks by itself
+    assert not feature_major.search(_tied_step_hlo(monkeypatch, True, dtype))
 
 
 @pytest.mark.parametrize("dtype", [BF16, jnp.float32])
