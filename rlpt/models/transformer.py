@@ -439,6 +439,11 @@ def _project_qkv(cfg, lp, x, cos, sin):
     q = dense("btd,dhk->bthk", x, lp["wq"], dt)
     k = dense("btd,dhk->bthk", x, lp["wk"], dt)
     v = dense("btd,dhk->bthk", x, lp["wv"], dt)
+    return qkv_tail(cfg, lp, q, k, v, cos, sin)
+
+
+def qkv_tail(cfg, lp, q, k, v, cos, sin):
+    """What follows the q/k/v projections (B, T, heads, Dh): biases, QK norm, RoPE."""
     if cfg.qkv_bias:
         q, k, v = add_bias(q, lp["bq"]), add_bias(k, lp["bk"]), add_bias(v, lp["bv"])
     if cfg.qk_norm:
@@ -468,24 +473,27 @@ def _attention(cfg, q, k, v, q_positions, kv_positions, q_segment_ids, kv_segmen
 def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index, window=None):
     """Self-attention for x (B, T, D); with a cache, new K/V are written at cache_index (B,) and the queries
     attend to the first `window` slots (all when None; kv_cache's positions/segment_ids come cut to it)."""
-    dt = cfg.dtype
     q, k, v = _project_qkv(cfg, lp, x, cos, sin)
-    new_cache = None
     if kv_cache is not None:
-        # The cache is (B, KV, S, Dh): new K/V (B, T, KV, Dh) go in at each row's index, then attend.
-        # The cache holds K/V in the compute dtype (`init_cache`), 16-bit floats as their bits.
-        kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3)), cache_index, axis=2)
-        vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3)), cache_index, axis=2)
-        new_cache = {"k": kk, "v": vv}
-        w = slice(None, window)
-        out = cached_attention(q, _cache_load(kk[:, :, w], dt), _cache_load(vv[:, :, w], dt), positions,
-                               kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
-                               sliding_window=cfg.sliding_window)
-    else:
-        if _OWN_BUFFERS and on_cpu():
-            q, k = _own_buffer(q), _own_buffer(k)
-        out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids, self_attention=True)
-    return _output_projection(cfg, lp, out), new_cache
+        out, new_cache = cached_attend(cfg, q, k, v, positions, segment_ids, kv_cache, cache_index, window)
+        return _output_projection(cfg, lp, out), new_cache
+    if _OWN_BUFFERS and on_cpu():
+        q, k = _own_buffer(q), _own_buffer(k)
+    out = _attention(cfg, q, k, v, positions, positions, segment_ids, segment_ids, self_attention=True)
+    return _output_projection(cfg, lp, out), None
+
+
+def cached_attend(cfg, q, k, v, positions, segment_ids, kv_cache, cache_index, window=None):
+    """Write k/v (B, T, KV, Dh) into one layer's cache at cache_index (B,) and attend q (B, T, H, Dh) to its
+    first `window` slots: (out (B, T, H, Dh), the layer's new {"k", "v"} buffers)."""
+    # The cache is (B, KV, S, Dh) and holds K/V in the compute dtype (`init_cache`), 16-bit floats as their bits.
+    kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3)), cache_index, axis=2)
+    vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3)), cache_index, axis=2)
+    w = slice(None, window)
+    out = cached_attention(q, _cache_load(kk[:, :, w], cfg.dtype), _cache_load(vv[:, :, w], cfg.dtype), positions,
+                           kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
+                           sliding_window=cfg.sliding_window)
+    return out, {"k": kk, "v": vv}
 
 
 _OWN_BUFFERS = True
@@ -671,14 +679,23 @@ def layer_list(layers) -> list:
 def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, window=None):
     """The layers over `init_cache`'s per-layer buffers, unrolled: each layer writes its own K/V buffer in place
     (a scan would slice and re-stack the whole cache every call). params["layers"] may be a `layer_list`."""
+    def block(x, lp, lc, index):
+        return _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index, window)
+
+    return over_cache(block, x, layer_list(params["layers"]), positions, segment_ids, cache, window)
+
+
+def over_cache(block, x, layers, positions, segment_ids, cache, window=None):
+    """x through block(x, layer_params, layer_cache, index) -> (x, {"k", "v"}) for each layer and its cache
+    buffers; the cache's positions/segment ids take the new (B, T) entries at cache["index"] and the layers
+    see them cut to `window`. Returns (x, the new cache, its index advanced by T)."""
     index = cache["index"]
     kv_positions = _write_rows(cache["positions"], positions, index)
     kv_segments = _write_rows(cache["segment_ids"], segment_ids, index)
     ks, vs = [], []
     seen = {"positions": kv_positions[:, :window], "segment_ids": kv_segments[:, :window]}  # what attention reads
-    for lp, k, v in zip(layer_list(params["layers"]), cache["k"], cache["v"], strict=True):
-        lc = {"k": k, "v": v, **seen}
-        x, new = _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index, window)
+    for lp, k, v in zip(layers, cache["k"], cache["v"], strict=True):
+        x, new = block(x, lp, {"k": k, "v": v, **seen}, index)
         ks.append(new["k"])
         vs.append(new["v"])
     return x, {"k": tuple(ks), "v": tuple(vs), "positions": kv_positions, "segment_ids": kv_segments,

@@ -4,7 +4,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.transformer import hidden_states, init_cache, layer_list, logits_from_hidden
+from rlpt.models.decode import decode_logits, decode_params
+from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden
 from rlpt.sampling.methods import row_uniforms, sample
 from rlpt.sampling.sharding import constrain_cache
 from rlpt.sampling.state import CACHE_FULL, LENGTH, RUNNING, STOP, SamplingState, empty_state
@@ -61,16 +62,15 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     return emit(state, logits, methods, stop_ids)
 
 
-def decode_step(params, cfg, methods, stop_ids, state: SamplingState, window=None) -> SamplingState:
+def decode_step(dparams, cfg, methods, stop_ids, state: SamplingState, window=None) -> SamplingState:
     """Write every live row's last token into the cache and draw the next one.
 
-    params["layers"] should be a `layer_list` made outside the loop (see `decode`); window: attend to the
-    first `window` cache slots only (they must hold every slot written so far and in this step).
+    dparams: `rlpt.models.decode.decode_params(params, cfg)`, made outside the loop (see `decode`); window: attend
+    to the first `window` cache slots only (they must hold every slot written so far and in this step).
     """
     active = ~state.done
-    hidden, cache = hidden_states(params, cfg, state.last_token[:, None], state.positions[:, None],
-                                  active.astype(jnp.int32)[:, None], cache=state.cache, cache_window=window)
-    logits = logits_from_hidden(params, cfg, hidden)[:, 0]
+    logits, cache = decode_logits(dparams, cfg, state.last_token, state.positions, active.astype(jnp.int32),
+                                  state.cache, window)
     # Finished rows wrote a segment-0 (invisible) token into their next free slot; do not advance them.
     cache = constrain_cache(dict(cache, index=jnp.where(active, cache["index"], state.cache["index"])))
     state = state.replace(cache=cache, positions=state.positions + active, step=state.step + 1)
@@ -84,8 +84,8 @@ def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods
 
     window (static): attention reads the first `window` cache slots only; the caller guarantees that every row's
     index stays below it for these max_steps steps (`generate` decodes in phases of growing windows)."""
-    # Split the stacked layer weights once: slices taken inside the loop body are copied on every step.
-    params = dict(params, layers=layer_list(params["layers"]))
+    # The weights in decode_step's layout, made once per call (inside the loop every step would copy them).
+    dparams = decode_params(params, cfg)
 
     def cond(carry):
         s, k = carry
@@ -93,7 +93,7 @@ def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods
 
     def body(carry):
         s, k = carry
-        return decode_step(params, cfg, methods, stop_ids, s, window), k + 1
+        return decode_step(dparams, cfg, methods, stop_ids, s, window), k + 1
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))
     return state

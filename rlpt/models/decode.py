@@ -1,0 +1,105 @@
+"""One-token decoding with the activations laid out feature-major, (features, rows), and weights as (out, in).
+
+A decode step multiplies a few dozen rows by every weight matrix. XLA:CPU runs those products several times
+faster as (out, in) weights times (in, rows) activations than as (rows, in) times (in, out): the 8 MLPs of the
+sampler benchmark's model at 32 rows take 5.7 ms against 9.2-10.2 ms (2-core AVX2 CPU, docs/benchmarks.md),
+and a transpose around each product alone does not get there (7.3 ms: XLA folds it back into the dot). So the
+residual stream stays (D, B) through the layers; only the small per-row pieces (q, k, v and the attention
+output, (B, heads, Dh)) are transposed, and the attention over the cache is the model's own (`cached_attend`).
+The math is `transformer.hidden_states` with a cache (same dtypes, roundings and cache writes), up to the
+summation order of the products.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rlpt.models.config import DTYPES, ModelConfig
+from rlpt.models.rope import rope_cos_sin
+from rlpt.models.transformer import _is_16bit, _swiglu, cached_attend, layer_list, over_cache, qkv_tail
+from rlpt.models.xla_cpu import materialized
+from rlpt.parallel.rules import constrain
+
+FM = ("act_embed", "batch")
+
+
+def decode_params(params, cfg: ModelConfig) -> dict:
+    """The weights as `decode_logits` reads them: per-layer dicts (a list), each projection (out, in) in the
+    compute dtype, out-side biases and norm scales as (features, 1) columns; q/k/v biases and QK norms keep
+    their (heads, Dh) layout (they apply after the transpose to rows). Build once per weight sync: outside a
+    decode loop, not inside it (every step would copy every weight)."""
+    dt = cfg.dtype
+
+    def out_in(w, n_in):  # (in..., out...) with n_in input axes -> (out, in), in the compute dtype
+        return w.reshape(math.prod(w.shape[:n_in]), -1).T.astype(dt)
+
+    def col(b, dtype=dt):
+        return b.reshape(-1, 1).astype(dtype)
+
+    layers = []
+    for lp in layer_list(params["layers"]):
+        fm = {"wqkv": jnp.concatenate([out_in(lp[w], 1) for w in ("wq", "wk", "wv")]),
+              "wo": out_in(lp["wo"], 2),
+              "w_gate_up": jnp.concatenate([out_in(lp[w], 1) for w in ("w_gate", "w_up")]),
+              "w_down": out_in(lp["w_down"], 1), "attn_norm": col(lp["attn_norm"]), "mlp_norm": col(lp["mlp_norm"])}
+        fm |= {k: lp[k] for k in ("bq", "bk", "bv", "q_norm", "k_norm") if k in lp}
+        fm |= {k: col(lp[k]) for k in ("bo", "b_down") if k in lp}
+        # at 16 bits the gate/up biases add to the f32 accumulators in their own dtype, as `add_bias` does there
+        fm |= {k: col(lp[k], lp[k].dtype) for k in ("b_gate", "b_up") if k in lp}
+        layers.append(fm)
+    head = params["embed"] if cfg.tie_embeddings else params["lm_head"].T  # (V, D)
+    return {"embed": params["embed"], "layers": layers, "final_norm": col(params["final_norm"]),
+            "head": head.astype(dt)}
+
+
+def _norm(x, w, eps):
+    """`transformer.rms_norm` of x (D, B) over its features, scale w (D, 1)."""
+    xf = x.astype(jnp.float32)
+    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=0, keepdims=True) + eps)
+    return w * xf.astype(x.dtype)
+
+
+def _mm(w, x, out_dtype):
+    """(out, in) @ (in, B) accumulating in f32, rounded to out_dtype."""
+    return jnp.matmul(w, x, preferred_element_type=jnp.float32).astype(out_dtype)
+
+
+def _mlp(cfg, lp, h):
+    dt = cfg.dtype
+    acc = jnp.float32 if _is_16bit(dt) else dt  # as `transformer._mlp_block`: SwiGLU on the f32 accumulators
+    gate, up = jnp.split(_mm(lp["w_gate_up"], h, acc), 2)
+    if cfg.mlp_bias:
+        gate, up = gate + lp["b_gate"].astype(gate.dtype), up + lp["b_up"].astype(up.dtype)
+    a = _swiglu(gate, up, jnp.dtype(dt)) if _is_16bit(dt) else jax.nn.silu(gate) * up
+    out = _mm(lp["w_down"], constrain(a, ("act_mlp", "batch")), dt)
+    return out + lp["b_down"] if cfg.mlp_bias else out
+
+
+def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cache, window=None):
+    """Logits (B, V) in cfg.logits_dtype of one new token per row, and the new cache.
+
+    dparams: `decode_params`; tokens, positions, segment_ids (B,); cache: `init_cache`'s, the token written at
+    cache["index"] (B,), as `hidden_states(..., cache=cache, cache_window=window)` with T = 1 does."""
+    dt, eps = cfg.dtype, cfg.rms_norm_eps
+    B, H, KV, Dh = tokens.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    pos, seg = positions[:, None].astype(jnp.int32), segment_ids[:, None].astype(jnp.int32)
+    cos, sin = rope_cos_sin(cfg, pos)
+    again = jnp.min(pos) < 0  # never true for a decoded token: `materialized` runs once
+    x = constrain(jnp.take(dparams["embed"], tokens, axis=0).astype(dt).T, FM)  # (D, B)
+
+    def rows(q, k, v):  # (heads * Dh, B) each -> (B, 1, heads, Dh), transposed in their own buffers
+        return materialized(lambda: tuple(a.T.reshape(B, 1, -1, Dh) for a in (q, k, v)), again)
+
+    def block(x, lp, lc, index):
+        h = _norm(x, lp["attn_norm"], eps)
+        q, k, v = rows(*jnp.split(_mm(lp["wqkv"], h, dt), (H * Dh, (H + KV) * Dh)))
+        q, k, v = qkv_tail(cfg, lp, q, k, v, cos, sin)
+        out, new = cached_attend(cfg, q, k, v, pos, seg, lc, index, window)
+        attn = _mm(lp["wo"], out.reshape(B, H * Dh).T, dt)
+        x = constrain(x + (attn + lp["bo"] if cfg.o_bias else attn), FM)
+        return constrain(x + _mlp(cfg, lp, _norm(x, lp["mlp_norm"], eps)), FM), new
+
+    x, new_cache = over_cache(block, x, dparams["layers"], pos, seg, cache, window)
+    h = _norm(x, dparams["final_norm"], eps)
+    logits = _mm(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B)
+    return constrain(materialized(lambda: logits.T, again), ("batch", "act_vocab")), new_cache
