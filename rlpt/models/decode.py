@@ -1,11 +1,12 @@
 """One-token decoding with the activations laid out feature-major, (features, rows), and weights as (out, in).
 
-A decode step multiplies a few dozen rows by every weight matrix. XLA:CPU runs those products several times
+A decode step multiplies a few dozen rows by every weight matrix. XLA:CPU runs those products up to ~1.8x
 faster as (out, in) weights times (in, rows) activations than as (rows, in) times (in, out): the 8 MLPs of the
 sampler benchmark's model at 32 rows take 5.7 ms against 9.2-10.2 ms (2-core AVX2 CPU, docs/benchmarks.md),
 and a transpose around each product alone does not get there (7.3 ms: XLA folds it back into the dot). So the
 residual stream stays (D, B) through the layers; only the small per-row pieces (q, k, v and the attention
-output, (B, heads, Dh)) are transposed, and the attention over the cache is the model's own (`cached_attend`).
+output, (B, heads, Dh)) are transposed (on CPU into their own buffers, `materialized`), and the attention over
+the cache is the model's own (`cached_attend`).
 The math is `transformer.hidden_states` with a cache (same dtypes, roundings and cache writes), up to the
 summation order of the products.
 """
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.rope import rope_cos_sin
 from rlpt.models.transformer import _is_16bit, _swiglu, cached_attend, layer_list, over_cache, qkv_tail
-from rlpt.models.xla_cpu import materialized
+from rlpt.models.xla_cpu import materialized, on_cpu
 from rlpt.parallel.rules import constrain
 
 FM = ("act_embed", "batch")
@@ -85,10 +86,14 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
     pos, seg = positions[:, None].astype(jnp.int32), segment_ids[:, None].astype(jnp.int32)
     cos, sin = rope_cos_sin(cfg, pos)
     again = jnp.min(pos) < 0  # never true for a decoded token: `materialized` runs once
+
+    def own(fn):  # fn() in its own buffers on CPU, where XLA would fold the transpose into the matmul
+        return materialized(fn, again) if on_cpu() else fn()
+
     x = constrain(jnp.take(dparams["embed"], tokens, axis=0).astype(dt).T, FM)  # (D, B)
 
     def rows(q, k, v):  # (heads * Dh, B) each -> (B, 1, heads, Dh), transposed in their own buffers
-        return materialized(lambda: tuple(a.T.reshape(B, 1, -1, Dh) for a in (q, k, v)), again)
+        return own(lambda: tuple(a.T.reshape(B, 1, -1, Dh) for a in (q, k, v)))
 
     def block(x, lp, lc, index):
         h = _norm(x, lp["attn_norm"], eps)
@@ -102,4 +107,4 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
     x, new_cache = over_cache(block, x, dparams["layers"], pos, seg, cache, window)
     h = _norm(x, dparams["final_norm"], eps)
     logits = _mm(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B)
-    return constrain(materialized(lambda: logits.T, again), ("batch", "act_vocab")), new_cache
+    return constrain(own(lambda: logits.T), ("batch", "act_vocab")), new_cache
