@@ -21,7 +21,7 @@ from rlpt.models.transformer import _is_16bit, _swiglu, cached_attend, layer_lis
 from rlpt.models.xla_cpu import materialized, on_cpu
 from rlpt.parallel.rules import constrain
 
-FM = ("act_embed", "batch")
+COLUMNS = ("act_embed", "batch")  # logical axes of a (D, B) activation
 
 
 def decode_params(params, cfg: ModelConfig) -> dict:
@@ -90,7 +90,7 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
     def own(fn):  # fn() in its own buffers on CPU, where XLA would fold the transpose into the matmul
         return materialized(fn, again) if on_cpu() else fn()
 
-    x = constrain(jnp.take(dparams["embed"], tokens, axis=0).astype(dt).T, FM)  # (D, B)
+    x = constrain(jnp.take(dparams["embed"], tokens, axis=0).astype(dt).T, COLUMNS)  # (D, B)
 
     def rows(q, k, v):  # (heads * Dh, B) each -> (B, 1, heads, Dh), transposed in their own buffers
         return own(lambda: tuple(a.T.reshape(B, 1, -1, Dh) for a in (q, k, v)))
@@ -101,8 +101,8 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
         q, k, v = qkv_tail(cfg, lp, q, k, v, cos, sin)
         out, new = cached_attend(cfg, q, k, v, pos, seg, lc, index, window)
         attn = _mm(lp["wo"], out.reshape(B, H * Dh).T, dt)
-        x = constrain(x + (attn + lp["bo"] if cfg.o_bias else attn), FM)
-        return constrain(x + _mlp(cfg, lp, _norm(x, lp["mlp_norm"], eps)), FM), new
+        x = constrain(x + (attn + lp["bo"] if cfg.o_bias else attn), COLUMNS)
+        return constrain(x + _mlp(cfg, lp, _norm(x, lp["mlp_norm"], eps)), COLUMNS), new
 
     x, new_cache = over_cache(block, x, dparams["layers"], pos, seg, cache, window)
     h = _norm(x, dparams["final_norm"], eps)
