@@ -12,12 +12,19 @@ summation order of the products.
 """
 import math
 
-import jax
 import jax.numpy as jnp
 
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.rope import rope_cos_sin
-from rlpt.models.transformer import _is_16bit, _swiglu, cached_attend, layer_list, over_cache, qkv_tail
+from rlpt.models.transformer import (
+    cached_attend,
+    gate_up_dtype,
+    layer_list,
+    over_cache,
+    qkv_tail,
+    rms_normalize,
+    swiglu,
+)
 from rlpt.models.xla_cpu import materialized, on_cpu
 from rlpt.parallel.rules import constrain
 
@@ -55,9 +62,7 @@ def decode_params(params, cfg: ModelConfig) -> dict:
 
 def _norm(x, w, eps):
     """`transformer.rms_norm` of x (D, B) over its features, scale w (D, 1)."""
-    xf = x.astype(jnp.float32)
-    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=0, keepdims=True) + eps)
-    return w * xf.astype(x.dtype)
+    return w * rms_normalize(x, eps, axis=0)
 
 
 def _mm(w, x, out_dtype):
@@ -66,13 +71,10 @@ def _mm(w, x, out_dtype):
 
 
 def _mlp(cfg, lp, h):
-    dt = cfg.dtype
-    acc = jnp.float32 if _is_16bit(dt) else dt  # as `transformer._mlp_block`: SwiGLU on the f32 accumulators
-    gate, up = jnp.split(_mm(lp["w_gate_up"], h, acc), 2)
+    gate, up = jnp.split(_mm(lp["w_gate_up"], h, gate_up_dtype(cfg)), 2)
     if cfg.mlp_bias:
         gate, up = gate + lp["b_gate"].astype(gate.dtype), up + lp["b_up"].astype(up.dtype)
-    a = _swiglu(gate, up, jnp.dtype(dt)) if _is_16bit(dt) else jax.nn.silu(gate) * up
-    out = _mm(lp["w_down"], constrain(a, ("act_mlp", "batch")), dt)
+    out = _mm(lp["w_down"], constrain(swiglu(cfg, gate, up), ("act_mlp", "batch")), cfg.dtype)
     return out + lp["b_down"] if cfg.mlp_bias else out
 
 

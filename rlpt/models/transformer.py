@@ -94,9 +94,13 @@ def init_params(cfg: ModelConfig, rng) -> dict:
 
 def rms_norm(x, weight, eps):
     """HF RMSNorm: normalise in float32, cast back, then scale."""
+    return _scale(rms_normalize(x, eps), weight)
+
+
+def rms_normalize(x, eps, axis=-1):
+    """x / rms(x) over `axis`, computed in float32 and cast back to x's dtype (RMSNorm before its scale)."""
     xf = x.astype(jnp.float32)
-    xf = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
-    return _scale(xf.astype(x.dtype), weight)
+    return (xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=axis, keepdims=True) + eps)).astype(x.dtype)
 
 
 def _sum_rows(a, trailing: int, as_matmul: bool):
@@ -522,18 +526,25 @@ _own_buffer.defvjp(_own_buffer_fwd, _own_buffer_bwd)
 
 def _mlp_block(cfg, lp, x):
     dt = cfg.dtype
-    # 16-bit compute: the gate and up projections stay in their f32 accumulators and SwiGLU reads them there
-    # (`_swiglu`); f32 compute: the plain formula.
-    fused = _is_16bit(dt)
-    acc = jnp.float32 if fused else None
+    acc = gate_up_dtype(cfg)
     gate = dense("btd,df->btf", x, lp["w_gate"], dt, acc)
     up = dense("btd,df->btf", x, lp["w_up"], dt, acc)
     if cfg.mlp_bias:
         gate, up = add_bias(gate, lp["b_gate"]), add_bias(up, lp["b_up"])
-    h = _swiglu(gate, up, jnp.dtype(dt)) if fused else jax.nn.silu(gate) * up
-    h = constrain(h, ("batch", "act_seq", "act_mlp"))
+    h = constrain(swiglu(cfg, gate, up), ("batch", "act_seq", "act_mlp"))
     out = dense("btf,fd->btd", h, lp["w_down"], dt)
     return add_bias(out, lp["b_down"]) if cfg.mlp_bias else out
+
+
+def gate_up_dtype(cfg):
+    """The dtype the gate and up projections come out in: 16-bit compute keeps their f32 accumulators, which
+    `swiglu` reads (`_swiglu`); f32 compute uses the plain formula."""
+    return jnp.dtype(jnp.float32) if _is_16bit(cfg.dtype) else jnp.dtype(cfg.dtype)
+
+
+def swiglu(cfg, gate, up):
+    """silu(gate) * up in the compute dtype, from projections in `gate_up_dtype`."""
+    return _swiglu(gate, up, jnp.dtype(cfg.dtype)) if _is_16bit(cfg.dtype) else jax.nn.silu(gate) * up
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
