@@ -25,6 +25,8 @@ CORE = [
 DEV = [
     "pytest>=8",
     "pytest-timeout>=2.3",
+    # The default test run is split over worker processes (conftest.pytest_xdist_auto_num_workers).
+    "pytest-xdist>=3.5",
     "ruff>=0.6",
     # The CPU build of PyTorch lies on disk on these machines; a bare `torch` pulls a CUDA build.
     "torch==2.13.0",
