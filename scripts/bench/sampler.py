@@ -10,6 +10,10 @@ sampling, a bf16 KV cache); ratio = the faster rlpt variant / the faster HF vari
 ratios are printed beside it.
 PyTorch's thread count is probed first (1 vs its default, short run at batch 8): on a loaded machine its
 spinning threads can make it 4x slower, and the peer gets its faster setting.
+The matmul floor: the step's weight products alone (every layer's q/k/v, output, gate/up and down, and the
+head, in the decode layout, f32, at the batch's column count; no attention, norms or sampling), timed; B / floor is
+the most tokens/s any decode step doing those products at this machine's rate for these shapes could reach, and
+`ratio_at_matmul_floor` is that against the peer: a goal above it cannot be met on this machine.
 Compile time (first call minus a warm call) is reported separately and not counted in tokens/s. A
 cache-less JAX loop (full forward over the padded buffer each step) shows what the cache buys (batch 8, and
 only --cacheless-new tokens, default 32: shorter sequences flatter the cache-less loop, so this is conservative).
@@ -40,6 +44,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from rlpt.models import Model, ModelConfig, init_model  # noqa: E402
+from rlpt.models.decode import decode_params  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
 from rlpt.sampling import generate  # noqa: E402
 
@@ -64,6 +69,32 @@ def bench_rlpt(model, prompts, new, repeats):
     assert (out.lengths == new).all()
     warm = best_of(lambda: generate(model, prompts, new, temperature=1.0, seed=1, keep_state=False), repeats)
     return len(prompts) * new / warm, max(first - warm, 0.0)
+
+
+@jax.jit
+def decode_products(dparams, x):
+    """A decode step's weight products alone, in `decode_logits`' layout: per layer (out, in) @ (in, B) for q/k/v,
+    the output, gate/up and down, then the head; chained through a residual so none can be skipped. No attention
+    over the cache, no norms, no sampling."""
+    D = x.shape[0]
+    for lp in dparams["layers"]:
+        qkv = lp["wqkv"] @ x
+        x = x + lp["wo"] @ qkv[:lp["wo"].shape[1]]
+        gate, up = jnp.split(lp["w_gate_up"] @ x, 2)
+        x = x + lp["w_down"] @ (gate * up)
+    return jnp.sum(dparams["head"] @ x[:D], axis=0)
+
+
+def matmul_floor(model, batch, repeats=9):
+    """(seconds, FLOP/s) of `decode_products` at `batch` columns in f32: the time one decode step spends on its
+    matmuls at the rate this machine multiplies matrices of these shapes, whatever else the step does."""
+    dparams = decode_params(model.params, dataclasses.replace(CONFIG, compute_dtype="float32"))
+    x = jnp.ones((CONFIG.hidden_size, batch), jnp.float32)
+    jax.block_until_ready(decode_products(dparams, x))
+    seconds = best_of(lambda: jax.block_until_ready(decode_products(dparams, x)), repeats)
+    weights = sum(lp[w].size for lp in dparams["layers"] for w in ("wqkv", "wo", "w_gate_up", "w_down"))
+    flops = 2 * batch * (weights + dparams["head"].size)
+    return seconds, flops / seconds
 
 
 def bench_hf(folder, prompts, new, repeats, dtype):
@@ -146,6 +177,10 @@ def main():
                        rlpt_compile_s=compile_s, hf_f32=hf["float32"], hf_bf16=hf["bfloat16"],
                        peer=hf[peer_dtype], peer_dtype=peer_dtype, ratio=ours / hf[peer_dtype],
                        ratio_f32=mine["float32"][0] / hf["float32"], ratio_bf16=mine["bfloat16"][0] / hf["bfloat16"])
+            floor_s, floor_rate = matmul_floor(model, B)
+            # 1 step emits B tokens; a step that only did its matmuls would read this ratio against the peer
+            row.update(rlpt_step_ms=1e3 * B / ours, matmul_floor_ms=1e3 * floor_s, matmul_floor_gflops=floor_rate / 1e9,
+                       ratio_at_matmul_floor=B / floor_s / hf[peer_dtype])
             if B == min(batches):
                 row["cacheless"], row["cacheless_compile_s"] = bench_cacheless(model, prompts, args.cacheless_new)
                 row["cache_speedup"] = ours / row["cacheless"]
@@ -154,6 +189,8 @@ def main():
                   f" {compile_s:5.1f} s) | HF f32 {hf['float32']:7.0f} bf16 {hf['bfloat16']:7.0f} tok/s | ratio"
                   f" {row['ratio']:5.2f}x (rlpt {ours_dtype} vs HF {peer_dtype}; same precision f32"
                   f" {row['ratio_f32']:.2f}x, bf16 {row['ratio_bf16']:.2f}x)"
+                  + f" | matmul floor {row['matmul_floor_ms']:.2f} ms/step ({row['matmul_floor_gflops']:.0f} GFLOP/s;"
+                  f" ours {row['rlpt_step_ms']:.2f}): at most {row['ratio_at_matmul_floor']:.2f}x"
                   + (f" | cache-less JAX {row['cacheless']:7.0f} tok/s (cache {row['cache_speedup']:.1f}x)"
                      if "cacheless" in row else ""), flush=True)
     key = 32 if 32 in results else batches[0]

@@ -24,6 +24,8 @@ thread pools to itself: in one process torch's allocations fragmented the shared
 ratio = best rlpt variant / best torch variant (the peer at its fastest).
 MFU = achieved FLOP/s (ModelConfig.flops_per_token, attention included) / measured matmul peak of the matching
 precision (a jitted 2048^3 matmul in JAX, f32 and bf16 inputs with preferred_element_type=f32).
+ratio_at_matmul_peak = the ratio a step running all its FLOPs at the faster measured peak would read against the
+best peer: the ceiling on this machine (1 / the peer's MFU when both use the same precision).
 
 No process-wide XLA flags are set; rlpt's step compiles with its own per-jit options
 (`rlpt.runtime.compiler_options("train", dtype)`: the YNNPACK dot library for f32 compute on CPU, XLA's
@@ -271,11 +273,17 @@ def main():
              if best_ours and best_peer else None)
     if ratio is not None:
         print(f"best rlpt ({best_ours}) / best torch ({best_peer}) = {ratio:.2f}x")
+    # The ratio a step doing flops_step at 100% of the faster measured matmul peak would read: the ceiling on
+    # this machine (matmul peak measured once, at the start; the machine's speed can drift during the rounds).
+    ceiling = max(peak.values()) / flops_step * tokens / results[best_peer]["tokens_per_s"] if best_peer else None
+    if ceiling is not None:
+        print(f"ceiling: a step at 100% of the measured matmul peak ({max(peak.values()) / 1e9:.0f} GFLOP/s) "
+              f"would read {ceiling:.2f}x {best_peer}")
     print(json.dumps({
         "benchmark": "train_step_qwen_10m_16x256_adamw", "unit": "tokens/s",
         "ours": results[best_ours]["tokens_per_s"] if best_ours else None, "ours_variant": best_ours,
         "peer": results[best_peer]["tokens_per_s"] if best_peer else None, "peer_variant": best_peer,
-        "ratio": ratio, "ratio_same_precision": same, "goal": ">= 1.5x PyTorch",
+        "ratio": ratio, "ratio_same_precision": same, "goal": ">= 1.5x PyTorch", "ratio_at_matmul_peak": ceiling,
         "peak_flops": peak, "flops_per_step": flops_step, "repeats": args.repeats, "warmup": args.warmup,
         "variants": results, "compile_or_warmup_s": compile_s}))
 
