@@ -75,7 +75,7 @@ def head_optimizer(cfg: Config, head_lr: float | None) -> optax.GradientTransfor
 
 
 def _clip(tree, max_norm: float):
-    norm = optax.global_norm(tree)
+    norm = optax.tree.norm(tree)
     return jax.tree.map(lambda g: g * jnp.minimum(1.0, max_norm / jnp.maximum(norm, 1e-12)).astype(g.dtype), tree)
 
 
