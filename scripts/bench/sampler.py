@@ -11,9 +11,10 @@ ratios are printed beside it.
 PyTorch's thread count is probed first (1 vs its default, short run at batch 8): on a loaded machine its
 spinning threads can make it 4x slower, and the peer gets its faster setting.
 The matmul floor: the step's weight products alone (every layer's q/k/v, output, gate/up and down, and the
-head, in the decode layout, f32, at the batch's column count; no attention, norms or sampling), timed; B / floor is
-the most tokens/s any decode step doing those products at this machine's rate for these shapes could reach, and
-`ratio_at_matmul_floor` is that against the peer: a goal above it cannot be met on this machine.
+head, in the decode layout and the compute dtype of rlpt's faster variant, at the batch's column count; no
+attention, norms or sampling), timed; B / floor is the most tokens/s any decode step doing those products at this
+machine's rate for these shapes could reach, and `ratio_at_matmul_floor` is that against the peer: a goal above
+it cannot be met on this machine.
 Compile time (first call minus a warm call) is reported separately and not counted in tokens/s. A
 cache-less JAX loop (full forward over the padded buffer each step) shows what the cache buys (batch 8, and
 only --cacheless-new tokens, default 32: shorter sequences flatter the cache-less loop, so this is conservative).
@@ -75,21 +76,25 @@ def bench_rlpt(model, prompts, new, repeats):
 def decode_products(dparams, x):
     """A decode step's weight products alone, in `decode_logits`' layout: per layer (out, in) @ (in, B) for q/k/v,
     the output, gate/up and down, then the head; chained through a residual so none can be skipped. No attention
-    over the cache, no norms, no sampling."""
-    D = x.shape[0]
+    over the cache, no norms, no sampling. Products accumulate in f32 and round to the weights' dtype, as
+    decoding's do."""
+    def mm(w, a):
+        return jnp.matmul(w, a, preferred_element_type=jnp.float32).astype(w.dtype)
+
     for lp in dparams["layers"]:
-        qkv = lp["wqkv"] @ x
-        x = x + lp["wo"] @ qkv[:lp["wo"].shape[1]]
-        gate, up = jnp.split(lp["w_gate_up"] @ x, 2)
-        x = x + lp["w_down"] @ (gate * up)
-    return jnp.sum(dparams["head"] @ x[:D], axis=0)
+        qkv = mm(lp["wqkv"], x)
+        x = x + mm(lp["wo"], qkv[:lp["wo"].shape[1]])
+        gate, up = jnp.split(mm(lp["w_gate_up"], x), 2)
+        x = x + mm(lp["w_down"], gate * up)
+    return jnp.sum(mm(dparams["head"], x), axis=0)
 
 
-def matmul_floor(model, batch, repeats=9):
-    """(seconds, FLOP/s) of `decode_products` at `batch` columns in f32: the time one decode step spends on its
-    matmuls at the rate this machine multiplies matrices of these shapes, whatever else the step does."""
-    dparams = decode_params(model.params, dataclasses.replace(CONFIG, compute_dtype="float32"))
-    x = jnp.ones((CONFIG.hidden_size, batch), jnp.float32)
+def matmul_floor(model, batch, dtype, repeats=9):
+    """(seconds, FLOP/s) of `decode_products` at `batch` columns in compute dtype `dtype`: the time one decode
+    step spends on its matmuls at the rate this machine multiplies matrices of these shapes, whatever else the
+    step does."""
+    dparams = decode_params(model.params, dataclasses.replace(CONFIG, compute_dtype=dtype))
+    x = jnp.ones((CONFIG.hidden_size, batch), dparams["head"].dtype)
     jax.block_until_ready(decode_products(dparams, x))
     seconds = best_of(lambda: jax.block_until_ready(decode_products(dparams, x)), repeats)
     weights = sum(lp[w].size for lp in dparams["layers"] for w in ("wqkv", "wo", "w_gate_up", "w_down"))
@@ -177,7 +182,7 @@ def main():
                        rlpt_compile_s=compile_s, hf_f32=hf["float32"], hf_bf16=hf["bfloat16"],
                        peer=hf[peer_dtype], peer_dtype=peer_dtype, ratio=ours / hf[peer_dtype],
                        ratio_f32=mine["float32"][0] / hf["float32"], ratio_bf16=mine["bfloat16"][0] / hf["bfloat16"])
-            floor_s, floor_rate = matmul_floor(model, B)
+            floor_s, floor_rate = matmul_floor(model, B, ours_dtype)  # in the dtype of our faster variant
             # 1 step emits B tokens; a step that only did its matmuls would read this ratio against the peer
             row.update(rlpt_step_ms=1e3 * B / ours, matmul_floor_ms=1e3 * floor_s, matmul_floor_gflops=floor_rate / 1e9,
                        ratio_at_matmul_floor=B / floor_s / hf[peer_dtype])
