@@ -65,16 +65,16 @@ def _norm(x, w, eps):
     return w * rms_normalize(x, eps, axis=0)
 
 
-def _mm(w, x, out_dtype):
+def project(w, x, out_dtype):
     """(out, in) @ (in, B) accumulating in f32, rounded to out_dtype."""
     return jnp.matmul(w, x, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
 def _mlp(cfg, lp, h):
-    gate, up = jnp.split(_mm(lp["w_gate_up"], h, gate_up_dtype(cfg)), 2)
+    gate, up = jnp.split(project(lp["w_gate_up"], h, gate_up_dtype(cfg)), 2)
     if cfg.mlp_bias:
         gate, up = gate + lp["b_gate"].astype(gate.dtype), up + lp["b_up"].astype(up.dtype)
-    out = _mm(lp["w_down"], constrain(swiglu(cfg, gate, up), ("act_mlp", "batch")), cfg.dtype)
+    out = project(lp["w_down"], constrain(swiglu(cfg, gate, up), ("act_mlp", "batch")), cfg.dtype)
     return out + lp["b_down"] if cfg.mlp_bias else out
 
 
@@ -99,14 +99,14 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
 
     def block(x, lp, lc, index):
         h = _norm(x, lp["attn_norm"], eps)
-        q, k, v = rows(*jnp.split(_mm(lp["wqkv"], h, dt), (H * Dh, (H + KV) * Dh)))
+        q, k, v = rows(*jnp.split(project(lp["wqkv"], h, dt), (H * Dh, (H + KV) * Dh)))
         q, k, v = qkv_tail(cfg, lp, q, k, v, cos, sin)
         out, new = cached_attend(cfg, q, k, v, pos, seg, lc, index, window)
-        attn = _mm(lp["wo"], out.reshape(B, H * Dh).T, dt)
+        attn = project(lp["wo"], out.reshape(B, H * Dh).T, dt)
         x = constrain(x + (attn + lp["bo"] if cfg.o_bias else attn), COLUMNS)
         return constrain(x + _mlp(cfg, lp, _norm(x, lp["mlp_norm"], eps)), COLUMNS), new
 
     x, new_cache = over_cache(block, x, dparams["layers"], pos, seg, cache, window)
     h = _norm(x, dparams["final_norm"], eps)
-    logits = _mm(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B)
+    logits = project(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B)
     return constrain(own(lambda: logits.T), ("batch", "act_vocab")), new_cache

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from rlpt.models import Model, ModelConfig, init_model  # noqa: E402
-from rlpt.models.decode import decode_params  # noqa: E402
+from rlpt.models.decode import decode_params, project  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
 from rlpt.sampling import generate  # noqa: E402
 
@@ -76,17 +76,15 @@ def bench_rlpt(model, prompts, new, repeats):
 def decode_products(dparams, x):
     """A decode step's weight products alone, in `decode_logits`' layout: per layer (out, in) @ (in, B) for q/k/v,
     the output, gate/up and down, then the head; chained through a residual so none can be skipped. No attention
-    over the cache, no norms, no sampling. Products accumulate in f32 and round to the weights' dtype, as
-    decoding's do."""
-    def mm(w, a):
-        return jnp.matmul(w, a, preferred_element_type=jnp.float32).astype(w.dtype)
-
+    over the cache, no norms, no sampling. Each is decoding's own `project` (f32 accumulation, rounded to the
+    compute dtype)."""
+    dt = x.dtype
     for lp in dparams["layers"]:
-        qkv = mm(lp["wqkv"], x)
-        x = x + mm(lp["wo"], qkv[:lp["wo"].shape[1]])
-        gate, up = jnp.split(mm(lp["w_gate_up"], x), 2)
-        x = x + mm(lp["w_down"], gate * up)
-    return jnp.sum(mm(dparams["head"], x), axis=0)
+        qkv = project(lp["wqkv"], x, dt)
+        x = x + project(lp["wo"], qkv[:lp["wo"].shape[1]], dt)
+        gate, up = jnp.split(project(lp["w_gate_up"], x, dt), 2)
+        x = x + project(lp["w_down"], gate * up, dt)
+    return jnp.sum(project(dparams["head"], x, dt), axis=0)
 
 
 def matmul_floor(model, batch, dtype, repeats=9):
