@@ -45,7 +45,12 @@ setup(
     version="0.1.0",
     description=__doc__,
     python_requires=">=3.11",
-    packages=find_packages(include=["rlpt*", "kernels*", "envs*"]),
+    # The repository keeps kernels/ and envs/ at its root (fixed layout), but they install as rlpt.kernels and
+    # rlpt.envs: bare top-level `kernels` and `envs` are other distributions' import names (Hugging Face's
+    # `kernels`, which transformers >= 5.25 imports, and PyPI's `envs`).
+    packages=find_packages(include=["rlpt", "rlpt.*"])
+    + [f"rlpt.{p}" for p in find_packages(include=["kernels", "kernels.*", "envs", "envs.*"])],
+    package_dir={"rlpt.kernels": "kernels", "rlpt.envs": "envs"},
     include_package_data=True,
     install_requires=CORE,
     extras_require={"dev": DEV, "gpu": GPU},

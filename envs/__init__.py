@@ -1,18 +1,13 @@
-"""Gymnasium text environments (ids rlpt/<Name>-v0, registered on import) and the sandbox they run in."""
+"""rlpt.envs: Gymnasium text environments (ids rlpt/<Name>-v0, registered on import) and their sandbox.
 
-import gymnasium as gym
+Installed as rlpt.envs; imported as a bare `envs` (the repository root on sys.path) it hands that name back to
+its installed owner (PyPI's `envs`).
+"""
+if __name__ == "envs":
+    from rlpt._shadow import hand_back
 
-ENV_IDS = {
-    "rlpt/SingleTurn-v0": "envs.single_turn:SingleTurnEnv",
-    "rlpt/CodeAgent-v0": "envs.code_agent:CodeAgentEnv",
-    "rlpt/ShellAgent-v0": "envs.shell_agent:ShellAgentEnv",
-    "rlpt/ToolUse-v0": "envs.tool_use:ToolUseEnv",
-    "rlpt/Bfcl-v0": "envs.bfcl_env:BfclEnv",
-}
+    hand_back(__name__)
+else:
+    from rlpt.envs.registry import ENV_IDS  # noqa: F401  (registers the environments)
 
-for _id, _entry in ENV_IDS.items():
-    if _id not in gym.registry:
-        # step and time limits live inside the environments (agent envs grade on truncation), so no TimeLimit
-        gym.register(id=_id, entry_point=_entry, disable_env_checker=False)
-
-__all__ = ["ENV_IDS"]
+    __all__ = ["ENV_IDS"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.spaces import UnicodeText
-from envs.toolcall import ToolCall, format_tool_response, parse_tool_calls
-from envs.truncate import truncate
+from rlpt.envs.spaces import UnicodeText
+from rlpt.envs.toolcall import ToolCall, format_tool_response, parse_tool_calls
+from rlpt.envs.truncate import truncate
 
 # Verdict details that vary from run to run (timings) stay out of info so equal inputs give equal infos.
 _VOLATILE = ("wall_s", "cpu_s", "grader_cpu_s", "stdout", "stderr", "layers")

@@ -4,10 +4,10 @@ Task meta: files {path: text}, tests (defines check(candidate)), entry_point, so
 The hidden tests never enter the workspace; they run in a separate process against the solution.
 """
 
-from envs.base import render_prompt, verdict_info
-from envs.builtin_tasks import code_task
-from envs.sandboxed import WorkspaceEnv
-from envs.tools import Tool, ToolRegistry
+from rlpt.envs.base import render_prompt, verdict_info
+from rlpt.envs.builtin_tasks import code_task
+from rlpt.envs.sandboxed import WorkspaceEnv
+from rlpt.envs.tools import Tool, ToolRegistry
 
 _SCHEMAS = {
     "write_file": {

@@ -2,10 +2,10 @@
 
 import contextlib
 
-from envs.base import ToolEnv
-from envs.sandbox import Limits
-from envs.sandbox.layers import sandbox_python
-from envs.sandbox.workspace import Workspace, read_inside, write_inside
+from rlpt.envs.base import ToolEnv
+from rlpt.envs.sandbox import Limits
+from rlpt.envs.sandbox.layers import sandbox_python
+from rlpt.envs.sandbox.workspace import Workspace, read_inside, write_inside
 
 
 class WorkspaceEnv(ToolEnv):
@@ -23,7 +23,7 @@ class WorkspaceEnv(ToolEnv):
     @property
     def checker(self):
         if self._checker is None:
-            from envs.sandbox import default_checker
+            from rlpt.envs.sandbox import default_checker
 
             self._checker = default_checker()
         return self._checker

@@ -3,10 +3,10 @@
 Task meta: files {path: text} to start from; target {path: text, or None for 'must not exist'}.
 """
 
-from envs.base import render_prompt
-from envs.builtin_tasks import shell_task
-from envs.sandboxed import WorkspaceEnv
-from envs.tools import Tool, ToolRegistry
+from rlpt.envs.base import render_prompt
+from rlpt.envs.builtin_tasks import shell_task
+from rlpt.envs.sandboxed import WorkspaceEnv
+from rlpt.envs.tools import Tool, ToolRegistry
 
 _SCHEMAS = {
     "shell": {

@@ -1,7 +1,7 @@
 """SingleTurn: the task prompt is the observation, one answer is verified by the task's domain."""
 
-from envs.base import TextEnv, render_prompt, verdict_info
-from envs.builtin_tasks import ArithmeticDomain
+from rlpt.envs.base import TextEnv, render_prompt, verdict_info
+from rlpt.envs.builtin_tasks import ArithmeticDomain
 
 
 def resolve_domain(name: str, domains: dict):

@@ -6,10 +6,10 @@ either answer (number: relative tolerance rel_tol; otherwise exact text) or a do
 
 import math
 
-from envs.base import ToolEnv, render_prompt, verdict_info
-from envs.builtin_tasks import tool_task
-from envs.single_turn import resolve_domain
-from envs.tools import Tool, ToolRegistry, builtin_registry
+from rlpt.envs.base import ToolEnv, render_prompt, verdict_info
+from rlpt.envs.builtin_tasks import tool_task
+from rlpt.envs.single_turn import resolve_domain
+from rlpt.envs.tools import Tool, ToolRegistry, builtin_registry
 
 _FINAL = {
     "type": "object",

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.mask import attention_mask
-from kernels.reference import MASK_VALUE
+from rlpt.kernels.mask import attention_mask
+from rlpt.kernels.reference import MASK_VALUE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from kernels.blockwise import BlockConfig, blocks_may_interact, blockwise_attention, output_delta, pad_to
-from kernels.reference import MASK_VALUE
+from rlpt.kernels.blockwise import BlockConfig, blocks_may_interact, blockwise_attention, output_delta, pad_to
+from rlpt.kernels.reference import MASK_VALUE
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Plain-XLA attention: the ground truth every other implementation is tested against."""
 import jax.numpy as jnp
 
-from kernels.mask import attention_mask
+from rlpt.kernels.mask import attention_mask
 
 # A large finite negative keeps fully masked rows NaN-free.
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)

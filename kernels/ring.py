@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from kernels.blockwise import (
+from rlpt.kernels.blockwise import (
     BlockConfig,
     attend_blocks,
     backward_blocks,

@@ -10,10 +10,10 @@ import select
 import threading
 import time
 
-from envs.sandbox.grader_client import GraderPool
-from envs.sandbox.limits import Limits, SandboxError
-from envs.sandbox.pool import Sandbox, SandboxConfig
-from envs.sandbox.warm import WarmPool
+from rlpt.envs.sandbox.grader_client import GraderPool
+from rlpt.envs.sandbox.limits import Limits, SandboxError
+from rlpt.envs.sandbox.pool import Sandbox, SandboxConfig
+from rlpt.envs.sandbox.warm import WarmPool
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _FAKE_PASS = re.compile(r"\b(passed|all tests pass|tests? ok|success)\b|^ok\b", re.IGNORECASE | re.MULTILINE)
@@ -126,7 +126,7 @@ def _read_result(fd: int, deadline: float) -> dict | None:
 
 
 def _verdict(g: dict, res):
-    from rlpt.rewards import Verdict  # imported on first use: `import envs` stays light
+    from rlpt.rewards import Verdict  # imported on first use: `import rlpt.envs` stays light
 
     flags = []
     err = g.get("solution_error") or {}

@@ -9,9 +9,9 @@ import signal
 import subprocess
 import time
 
-from envs.sandbox import layers as L
-from envs.sandbox.limits import ExecResult, Limits, SandboxError
-from envs.sandbox.seccomp_filter import bpf_program
+from rlpt.envs.sandbox import layers as L
+from rlpt.envs.sandbox.limits import ExecResult, Limits, SandboxError
+from rlpt.envs.sandbox.seccomp_filter import bpf_program
 
 _RLIMIT_FLAGS = {
     resource.RLIMIT_CPU: "--cpu",

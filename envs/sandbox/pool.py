@@ -6,9 +6,9 @@ import os
 import queue
 import threading
 
-from envs.sandbox import executor
-from envs.sandbox import layers as L
-from envs.sandbox.limits import ExecResult, IsolationError, Limits, SandboxError
+from rlpt.envs.sandbox import executor
+from rlpt.envs.sandbox import layers as L
+from rlpt.envs.sandbox.limits import ExecResult, IsolationError, Limits, SandboxError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,9 +14,9 @@ import subprocess
 import threading
 import time
 
-from envs.sandbox import executor
-from envs.sandbox import layers as L
-from envs.sandbox.limits import ExecResult, Limits, SandboxError
+from rlpt.envs.sandbox import executor
+from rlpt.envs.sandbox import layers as L
+from rlpt.envs.sandbox.limits import ExecResult, Limits, SandboxError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 BINDS = tuple((os.path.join(_HERE, f), f"/rlpt/{f}") for f in ("agent.py", "wire.py", "zygote.py"))

@@ -77,7 +77,7 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"model.num_heads={self.num_heads} must be a multiple of "
                              f"model.num_kv_heads={self.num_kv_heads}")
-        import kernels
+        from rlpt import kernels
 
         if self.attention_impl != "dense" and self.attention_impl not in kernels.ATTENTION_IMPLS:
             raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'dense' or one of "

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import kernels
-from kernels.mask import attention_mask
-from kernels.reference import MASK_VALUE
+from rlpt import kernels
+from rlpt.kernels.mask import attention_mask
+from rlpt.kernels.reference import MASK_VALUE
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.rope import apply_rope, rope_cos_sin
 from rlpt.models.xla_cpu import materialized, on_cpu

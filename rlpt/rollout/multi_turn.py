@@ -62,7 +62,7 @@ def default_env(task, *, max_turns: int, time_limit_s: float, obs_budget: int, c
     """A fresh environment for one episode; its step limit is the turn limit (it grades at the limit)."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the rlpt/* ids)
+    from rlpt import envs  # noqa: F401  (registers the rlpt/* ids)
 
     return gym.make(task.env_id, max_steps=max_turns, time_limit_s=time_limit_s, obs_budget=obs_budget,
                     count_tokens=count_tokens)

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from kernels.layouts import apply_layout_batch
+from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.config.schema import Config
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
 from rlpt.models.transformer import param_axes

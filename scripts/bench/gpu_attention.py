@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from kernels.flash import flash_attention  # noqa: E402
-from kernels.reference import reference_attention  # noqa: E402
+from rlpt.kernels.flash import flash_attention  # noqa: E402
+from rlpt.kernels.reference import reference_attention  # noqa: E402
 
 
 def timed(fn, *args, reps=5):

@@ -23,8 +23,8 @@ from jax.sharding import AxisType, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from kernels.blockwise import blockwise_attention  # noqa: E402
-from kernels.ring import make_ring_attention  # noqa: E402
+from rlpt.kernels.blockwise import blockwise_attention  # noqa: E402
+from rlpt.kernels.ring import make_ring_attention  # noqa: E402
 
 MiB = 2 ** 20
 

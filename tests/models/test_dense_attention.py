@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import kernels
+from rlpt import kernels
 from rlpt.models.transformer import causal_chunks, dense_attention, dense_self_attention
 
 

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from envs.sandbox import layers, workspace
+from rlpt.envs.sandbox import layers, workspace
 
 
 def require_full_isolation():
@@ -19,7 +19,7 @@ def require_full_isolation():
 def sandbox_processes() -> list[tuple[int, int, str]]:
     """(pid, uid, cmdline) of processes running as a uid this process claimed, except warm slots' own
     bwrap and zygote (other processes on the host may run sandboxes of their own at the same time)."""
-    from envs.sandbox import default_checker
+    from rlpt.envs.sandbox import default_checker
 
     ours = {s.uid for s in default_checker().sandbox._claimed}
     out = []
@@ -70,7 +70,7 @@ def host():
 @pytest.fixture(scope="session")
 def checker():
     require_full_isolation()
-    from envs.sandbox import default_checker
+    from rlpt.envs.sandbox import default_checker
 
     c = default_checker()
     assert c.check(ADD_OK, ADD_TEST, "add").passed  # warm the slots and the grader workers

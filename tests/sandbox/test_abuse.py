@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from envs.sandbox import Limits
-from envs.sandbox.layers import sandbox_python
+from rlpt.envs.sandbox import Limits
+from rlpt.envs.sandbox.layers import sandbox_python
 
 TEST = "def check(candidate):\n    assert candidate(1) == 2\n"
 TIMEOUT = 3.0

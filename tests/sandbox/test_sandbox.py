@@ -6,10 +6,10 @@ import signal
 
 import pytest
 
-from envs.sandbox import IsolationError, Limits, Sandbox, SandboxConfig, SandboxError, check_python
-from envs.sandbox import layers as L
-from envs.sandbox.layers import sandbox_python
-from envs.sandbox.workspace import Workspace, read_inside, resolve_inside, write_inside
+from rlpt.envs.sandbox import IsolationError, Limits, Sandbox, SandboxConfig, SandboxError, check_python
+from rlpt.envs.sandbox import layers as L
+from rlpt.envs.sandbox.layers import sandbox_python
+from rlpt.envs.sandbox.workspace import Workspace, read_inside, resolve_inside, write_inside
 
 
 def test_layers_probed_and_reported(checker):
@@ -57,7 +57,7 @@ def test_rlimits_in_force(checker):
 
 
 def test_retries_only_infrastructure_errors(checker, monkeypatch):
-    from envs.sandbox import executor
+    from rlpt.envs.sandbox import executor
 
     calls = {"n": 0}
     real = executor.execute
@@ -136,7 +136,7 @@ def test_sandbox_sees_workspace_and_rollback_undoes_its_writes(checker):
 
 
 def test_wire_roundtrip_is_exact_and_strict():
-    from envs.sandbox import wire
+    from rlpt.envs.sandbox import wire
 
     values = [
         None,

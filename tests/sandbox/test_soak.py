@@ -8,10 +8,10 @@ import time
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the environments)
-from envs.builtin_tasks import ArithmeticDomain, code_task, shell_task
-from envs.episode_pool import run_episodes
-from envs.toolcall import format_tool_call
+from rlpt import envs  # noqa: F401  (registers the environments)
+from rlpt.envs.builtin_tasks import ArithmeticDomain, code_task, shell_task
+from rlpt.envs.episode_pool import run_episodes
+from rlpt.envs.toolcall import format_tool_call
 
 TEST = "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n"
 PROGRAMS = [

@@ -8,15 +8,15 @@ MAX_STEPS = 2  # the policy's reply, then the end action when the reply did not 
 
 
 def _load(args: LoadArgs) -> list[Task]:
-    from envs.bfcl_env import bfcl_tasks  # lazy: envs.bfcl_env imports rlpt.eval.suites
+    from rlpt.envs.bfcl_env import bfcl_tasks  # lazy: envs.bfcl_env imports rlpt.eval.suites
 
     return take(list(bfcl_tasks()), args.limit)
 
 
 def run_episode(task: Task, reply: str) -> tuple[float, dict]:
     """(reward, info) of one episode: `reply` is the first action; `final_answer` follows if still running."""
-    from envs.bfcl_env import END_TOOL, BfclEnv
-    from envs.toolcall import format_tool_call
+    from rlpt.envs.bfcl_env import END_TOOL, BfclEnv
+    from rlpt.envs.toolcall import format_tool_call
 
     env = BfclEnv(max_steps=MAX_STEPS)
     env.reset(options={"task": task})

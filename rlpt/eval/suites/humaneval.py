@@ -37,7 +37,7 @@ def _check(task: Task, response: str) -> Verdict:
     reason = static_reason(program, task.meta["entry_point"])
     if reason is not None:
         return Verdict(0.0, False, {"static": reason})
-    from envs.sandbox import check_python  # OS-level machinery: import on use
+    from rlpt.envs.sandbox import check_python  # OS-level machinery: import on use
 
     verdict = check_python(program, task.meta["test"], task.meta["entry_point"], timeout_s=TIMEOUT_S)
     keep = {k: verdict.details.get(k) for k in ("flags", "tests_run", "tests_expected", "error", "killed_for")}

@@ -119,7 +119,7 @@ def python_tests(task, response: str) -> Verdict:
     reason = static_reason(program, entry)
     if reason is not None:
         return Verdict(0.0, False, {"static": reason, "process": 0.0})
-    from envs.sandbox import check_python  # the sandbox pulls in OS-level machinery: import on use
+    from rlpt.envs.sandbox import check_python  # the sandbox pulls in OS-level machinery: import on use
 
     verdict = check_python(program, task.meta["test"], entry, timeout_s=SANDBOX_TIMEOUT_S)
     expected = verdict.details.get("tests_expected") or 0

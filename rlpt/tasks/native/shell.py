@@ -150,7 +150,7 @@ def _same_state(expected: dict, got: dict) -> bool:
 def _sandbox():
     global _SANDBOX
     if _SANDBOX is None:
-        from envs.sandbox import Limits, Sandbox, SandboxConfig  # OS-level machinery: import on use
+        from rlpt.envs.sandbox import Limits, Sandbox, SandboxConfig  # OS-level machinery: import on use
 
         _SANDBOX = Sandbox(SandboxConfig(slots=2, limits=Limits(wall_s=10.0, memory_mb=256, workspace_mb=16)))
     return _SANDBOX

@@ -1,0 +1,18 @@
+"""Registers the Gymnasium text environments (ids rlpt/<Name>-v0) on import of rlpt.envs."""
+
+import gymnasium as gym
+
+ENV_IDS = {
+    "rlpt/SingleTurn-v0": "rlpt.envs.single_turn:SingleTurnEnv",
+    "rlpt/CodeAgent-v0": "rlpt.envs.code_agent:CodeAgentEnv",
+    "rlpt/ShellAgent-v0": "rlpt.envs.shell_agent:ShellAgentEnv",
+    "rlpt/ToolUse-v0": "rlpt.envs.tool_use:ToolUseEnv",
+    "rlpt/Bfcl-v0": "rlpt.envs.bfcl_env:BfclEnv",
+}
+
+for _id, _entry in ENV_IDS.items():
+    if _id not in gym.registry:
+        # step and time limits live inside the environments (agent envs grade on truncation), so no TimeLimit
+        gym.register(id=_id, entry_point=_entry, disable_env_checker=False)
+
+__all__ = ["ENV_IDS"]
