@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-
 from rlpt.envs.spaces import UnicodeText
 from rlpt.envs.toolcall import ToolCall, format_tool_response, parse_tool_calls
 from rlpt.envs.truncate import truncate

@@ -12,6 +12,7 @@ import json
 from rlpt.envs.base import ToolEnv, render_prompt
 from rlpt.envs.toolcall import format_tool_call
 from rlpt.envs.tools import Tool, ToolRegistry
+
 from rlpt.eval.suites import bfcl
 from rlpt.eval.suites.base import LoadArgs
 from rlpt.eval.suites.bfcl_check import check_calls

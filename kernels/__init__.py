@@ -10,6 +10,7 @@ if __name__ == "kernels":
 else:
     from rlpt.kernels.api import (  # noqa: F401
         ATTENTION_IMPLS,
+        __all__,  # noqa: F401
         allgather_attention,
         attention,
         attention_mask,
@@ -21,4 +22,3 @@ else:
         register_attention,
         ring_attention,
     )
-    from rlpt.kernels.api import __all__  # noqa: F401

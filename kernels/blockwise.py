@@ -5,7 +5,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from jax import lax
-
 from rlpt.kernels.mask import attention_mask
 from rlpt.kernels.reference import MASK_VALUE
 

@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-
 from rlpt.kernels.blockwise import BlockConfig, blocks_may_interact, blockwise_attention, output_delta, pad_to
 from rlpt.kernels.reference import MASK_VALUE
 

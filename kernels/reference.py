@@ -1,6 +1,5 @@
 """Plain-XLA attention: the ground truth every other implementation is tested against."""
 import jax.numpy as jnp
-
 from rlpt.kernels.mask import attention_mask
 
 # A large finite negative keeps fully masked rows NaN-free.

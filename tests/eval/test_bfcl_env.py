@@ -40,6 +40,7 @@ def test_oracle_passes_and_empty_fails_in_every_category(tasks):
 
 def test_excluded_items_are_exactly_schema_violations():
     from rlpt.envs.bfcl_env import EXCLUDED, schema_violation
+
     from rlpt.eval.suites import LoadArgs
     from rlpt.eval.suites.bfcl import bfcl
 
@@ -126,6 +127,7 @@ def test_wrong_values_and_call_counts_score_zero(tasks):
 def test_parallel_calls_match_in_any_order(tasks):
     from rlpt.envs.bfcl_env import gold_calls
     from rlpt.envs.toolcall import format_tool_call
+
     from rlpt.eval.suites.bfcl_env import run_episode
 
     task = next(t for t in tasks if t.meta["category"] == "parallel" and len(t.meta["ground_truth"]) > 1)

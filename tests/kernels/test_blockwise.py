@@ -5,9 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rlpt.kernels.blockwise import blockwise_attention
 
 from rlpt import kernels
-from rlpt.kernels.blockwise import blockwise_attention
 
 from .conftest import CASES, TOL, assert_matches, make_case, outputs_and_grads
 

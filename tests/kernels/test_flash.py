@@ -5,9 +5,9 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import pytest
+from rlpt.kernels.flash import flash_attention
 
 from rlpt import kernels
-from rlpt.kernels.flash import flash_attention
 
 from .conftest import CASES, TOL, assert_matches, make_case, outputs_and_grads
 

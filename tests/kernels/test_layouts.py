@@ -1,7 +1,6 @@
 """Layout permutations (contiguous, zigzag, striped) and the per-device causal work balance."""
 import numpy as np
 import pytest
-
 from rlpt.kernels.layouts import (
     apply_layout,
     apply_layout_batch,

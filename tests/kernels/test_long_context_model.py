@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType
-
 from rlpt.kernels.layouts import apply_layout
+
 from rlpt.models.config import ModelConfig
 from rlpt.models.transformer import forward, init_params
 

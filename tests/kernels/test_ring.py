@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AxisType
-
-from rlpt import kernels
 from rlpt.kernels.blockwise import blockwise_attention
 from rlpt.kernels.layouts import LAYOUTS, apply_layout, invert_layout
 from rlpt.kernels.ring import make_context_parallel_attention
+
+from rlpt import kernels
 
 from .conftest import CASES, TOL, assert_matches, make_case, outputs_and_grads
 

@@ -6,7 +6,6 @@ import time
 import types
 
 import pytest
-
 from rlpt.envs.sandbox import layers, workspace
 
 

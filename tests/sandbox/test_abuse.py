@@ -12,7 +12,6 @@ import time
 import uuid
 
 import pytest
-
 from rlpt.envs.sandbox import Limits
 from rlpt.envs.sandbox.layers import sandbox_python
 

@@ -5,7 +5,6 @@ import os
 import signal
 
 import pytest
-
 from rlpt.envs.sandbox import IsolationError, Limits, Sandbox, SandboxConfig, SandboxError, check_python
 from rlpt.envs.sandbox import layers as L
 from rlpt.envs.sandbox.layers import sandbox_python

@@ -7,11 +7,11 @@ import time
 
 import gymnasium as gym
 import pytest
-
-from rlpt import envs  # noqa: F401  (registers the environments)
 from rlpt.envs.builtin_tasks import ArithmeticDomain, code_task, shell_task
 from rlpt.envs.episode_pool import run_episodes
 from rlpt.envs.toolcall import format_tool_call
+
+from rlpt import envs  # noqa: F401  (registers the environments)
 
 TEST = "def check(candidate):\n    assert candidate(3) == 9\n    assert candidate(-2) == 4\n"
 PROGRAMS = [
