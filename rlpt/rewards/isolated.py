@@ -1,36 +1,238 @@
-"""A shared process pool for checks that must not run in the caller: math-verify times out with SIGALRM
-(main thread only) and some third-party scorers parse policy text with eval; a hung check is killed."""
+"""A shared pool of worker processes for checks that must not run in the caller: math-verify times out
+with SIGALRM (main thread only) and some third-party scorers parse policy text with eval.
 
-import concurrent.futures as cf
-import multiprocessing as mp
+Workers are `python -m rlpt.rewards.worker` processes (started lazily, at most WORKERS), not a
+multiprocessing pool: a spawn pool re-imports the caller's `__main__`, so a script without an
+`if __name__ == "__main__":` guard broke every check. A check that times out or whose worker dies
+returns a failure and its worker is replaced; `run_isolated` never raises for what a check does.
+"""
 
-_POOL: cf.ProcessPoolExecutor | None = None
+import atexit
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+
 WORKERS = 2
 
 
-def _pool() -> cf.ProcessPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        # spawn: the caller may hold JAX or threads, which fork would copy in a broken state.
-        _POOL = cf.ProcessPoolExecutor(WORKERS, mp_context=mp.get_context("spawn"))
-    return _POOL
+# The wire protocol between rlpt and its own workers: an 8-byte length, then a pickle.
+HEADER = struct.Struct("<Q")  # payload length in bytes
+MAX_MESSAGE_BYTES = 1 << 30
+MAX_ERROR_CHARS = 500
 
 
-def _reset_pool() -> None:
+def read_message(fd: int):
+    """One pickled message from fd; None at end of stream (the other side closed its end)."""
+    header = _read_exact(fd, HEADER.size)
+    if header is None:
+        return None
+    (size,) = HEADER.unpack(header)
+    if size > MAX_MESSAGE_BYTES:
+        raise ValueError(f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
+    payload = _read_exact(fd, size)
+    if payload is None:
+        return None
+    return pickle.loads(payload)
+
+
+def write_message(fd: int, message) -> None:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    data = memoryview(HEADER.pack(len(payload)) + payload)
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"[:MAX_ERROR_CHARS]
+
+
+class WorkerLost(Exception):
+    """The worker stopped answering (timed out, died, or its pipe broke); it has been killed."""
+
+
+class Worker:
+    """One worker process and its pipes; used by one thread at a time."""
+
+    def __init__(self):
+        import rlpt
+
+        env = dict(os.environ)
+        # The worker imports rlpt before it reads the caller's sys.path: make sure it can.
+        root = os.path.dirname(os.path.dirname(os.path.abspath(rlpt.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlpt.rewards.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the caller's terminal interrupts the caller, not a check
+        )
+        self.requests, self.replies = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+
+    def _send(self, message) -> None:
+        try:
+            write_message(self.requests, message)
+        except OSError as err:  # BrokenPipeError: it died between checks
+            raise WorkerLost(self._death(f"pipe broke ({err})")) from None
+
+    def call(self, fn, args: tuple, timeout_s: float):
+        """(ok, value) from the worker; raises WorkerLost after timeout_s or if the worker dies."""
+        path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+        self._send((path, fn.__module__, fn.__qualname__, args))
+        ready, _, _ = select.select([self.replies], [], [], max(timeout_s, 0.0))
+        if not ready:
+            self.kill()
+            raise WorkerLost(f"timeout after {timeout_s:g} s")
+        # The reply (or EOF) has started arriving; a half-written reply means the worker died mid-write.
+        try:
+            reply = read_message(self.replies)
+        except (OSError, EOFError, ValueError) as err:
+            raise WorkerLost(self._death(f"bad reply ({describe(err)})")) from None
+        if reply is None:
+            raise WorkerLost(self._death("closed its pipe"))
+        return reply
+
+    def _death(self, what: str) -> str:
+        self.kill()
+        code = self.proc.returncode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return f"worker died: {what}, {how}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # unkillable (D state): leave the zombie, never block a check
+            pass
+
+
+class Pool:
+    """At most `size` workers, started on demand; an idle worker serves the next check."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.pid = os.getpid()
+        self._idle: list[Worker] = []
+        self._live = 0
+        self._cond = threading.Condition()
+
+    def acquire(self) -> Worker | None:
+        """An idle worker, or None when the caller may start one (a slot is reserved for it)."""
+        with self._cond:
+            while not self._idle and self._live >= self.size:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._live += 1
+            return None
+
+    def release(self, worker: Worker | None) -> None:
+        """Return a healthy worker, or None to free the slot of a dead one."""
+        with self._cond:
+            if worker is None:
+                self._live -= 1
+            else:
+                self._idle.append(worker)
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+            self._live -= len(idle)
+        for worker in idle:
+            worker.kill()
+
+
+_POOL: Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> Pool:
     global _POOL
-    if _POOL is not None:
-        for proc in list(_POOL._processes.values()):  # a hung worker would block shutdown forever
-            proc.kill()
-        _POOL.shutdown(wait=False, cancel_futures=True)
-    _POOL = None
+    with _POOL_LOCK:
+        # A forked child must not share its parent's workers (their pipes are the parent's).
+        if _POOL is None or _POOL.pid != os.getpid():
+            _POOL = Pool(WORKERS)
+        return _POOL
+
+
+def shutdown() -> None:
+    """Kill the idle workers (busy ones are killed by their caller's timeout or returned and reused)."""
+    if _POOL is not None and _POOL.pid == os.getpid():
+        _POOL.close()
+
+
+atexit.register(shutdown)
 
 
 def run_isolated(fn, *args, timeout_s: float):
-    """(True, fn(*args)) from a worker process, or (False, 'timeout') after timeout_s (the pool is
-    then recycled so the hung worker cannot block later checks). fn must be a module-level function."""
-    future = _pool().submit(fn, *args)
+    """(True, fn(*args)) from a worker process, or (False, reason): reason says the check timed out after
+    timeout_s, that its worker died (the worker is then replaced), or which exception fn raised.
+
+    fn must be a module-level function of an importable module (not `__main__`, a lambda or a closure):
+    the worker imports it by name. The timeout counts from when a worker takes the check, not the wait
+    for a free one; the first check on a new worker includes its start-up and imports.
+    """
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if module in (None, "__main__") or "<" in qualname:
+        raise ValueError(f"run_isolated needs a module-level function of an importable module, got {fn!r}")
+    pool = _pool()
+    worker = pool.acquire()
     try:
-        return True, future.result(timeout=timeout_s)
-    except cf.TimeoutError:
-        _reset_pool()
-        return False, "timeout"
+        if worker is None:
+            worker = Worker()
+        ok, value = worker.call(fn, args, timeout_s)
+    except WorkerLost as err:
+        pool.release(None)
+        return False, str(err)
+    except OSError as err:  # the worker could not be started (fork limit, out of memory)
+        if worker is not None:
+            worker.kill()
+        pool.release(None)
+        return False, f"worker could not start: {describe(err)}"
+    except BaseException:  # e.g. KeyboardInterrupt mid-check: the worker's state is unknown
+        if worker is not None:
+            worker.kill()
+        pool.release(None)
+        raise
+    pool.release(worker)
+    return (True, value) if ok else (False, f"check raised {value}")
+
+
+def worker_pids() -> list[int]:
+    """Process ids of the idle workers (for tests and diagnostics)."""
+    pool = _pool()
+    with pool._cond:
+        return [w.proc.pid for w in pool._idle]
+
+
+def wait_idle(n: int, timeout_s: float = 10.0) -> bool:
+    """True once n workers are idle (tests use it before looking at worker_pids)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if len(worker_pids()) >= n:
+            return True
+        time.sleep(0.01)
+    return False

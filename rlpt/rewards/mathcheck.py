@@ -49,10 +49,11 @@ def _worker_check(gold: str, answer: str, timeout_s: int) -> tuple[bool, str]:
 
 
 def symbolic_equal(gold: str, answer: str, timeout_s: int = 5) -> tuple[bool, str]:
-    """(equal, method) for two maths strings, in a worker process; a check over `timeout_s` is False."""
+    """(equal, method) for two maths strings, in a worker process; a check that times out, crashes or
+    raises is False, with method 'failed: <reason>'."""
     # The margin covers a cold worker importing sympy and math-verify on a busy machine.
     done, result = run_isolated(_worker_check, gold, answer, timeout_s, timeout_s=timeout_s * 2 + 30)
-    return result if done else (False, "timeout")
+    return result if done else (False, f"failed: {result}")
 
 
 @register_verifier("symbolic")

@@ -2,6 +2,7 @@
 
 import dataclasses
 import hashlib
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ SEED_END = (1 << 30) + (1 << 24)
 EVAL_BUCKETS = 10
 MAX_ATTEMPTS = 200
 SINGLE_TURN_ENV = "rlpt/SingleTurn-v0"
+_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,13 +102,22 @@ class Domain:
         )
 
     def verify(self, task: Task, response: str) -> Verdict:
-        """Score a response; pathological text scores 0 without reaching the checker."""
+        """Score a response; pathological text scores 0 without reaching the checker. Never raises for
+        what the response holds: a check that crashes, times out or raises scores 0 with the reason in
+        details."""
         if task.domain != self.name:
             raise ValueError(f"task {task.id!r} belongs to {task.domain!r}, not {self.name!r}")
         reason = reject_reason(response, self.max_response_chars)
         if reason is not None:
             return Verdict(0.0, False, {"rejected": reason, "process": 0.0})
-        verdict = self.check(task, response)
+        try:
+            verdict = self.check(task, response)
+        except Exception as err:
+            # Policy text must never take a rollout down: a checker that raises is a failed answer, with
+            # the error in details (and logged) so the checker gets fixed rather than the failure hidden.
+            error = f"check raised {type(err).__name__}: {err}"[:500]
+            _LOG.warning("%s on task %s: %s", self.name, task.id, error)
+            return Verdict(0.0, False, {"error": error, "process": 0.0})
         if "process" in verdict.details:
             return verdict
         # Single-step domains have no intermediate steps to grade: process quality is the outcome.

@@ -252,7 +252,9 @@ def _score(name: str, level, answer: str, entry: dict) -> tuple[float, str | Non
         if _POWER_BOMB.search(answer):
             return 0.0, "answer holds a chained or huge power"
         done, value = run_isolated(_score_in_worker, name, level, answer, entry, timeout_s=SCORE_TIMEOUT_S)
-        if not done or value is None:
+        if not done:
+            return 0.0, f"scorer failed: {value}"
+        if value is None:
             return 0.0, "scorer timed out"
         return value, None
     try:
