@@ -2,11 +2,14 @@
 
 Library code receives `OmegaConf.to_object(cfg)` sub-configs (these dataclasses), never a DictConfig.
 Every default lives here; struct mode makes a typo or a wrong type fail at compose time, naming the key.
+Every numeric field declares its range (`num(default, ge=...)`, `choice(default, *allowed)`; rlpt/config/validate.py)
+and `validate` checks them all before any work.
 """
 import dataclasses
 from typing import Any
 
 from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardConfig
+from rlpt.config.validate import choice, num, validate
 from rlpt.models.config import ModelConfig
 from rlpt.parallel.rules import DEFAULT_RULES
 
@@ -15,41 +18,41 @@ from rlpt.parallel.rules import DEFAULT_RULES
 class MeshConfig:
     """Mesh axis sizes (-1: the remaining devices) and the logical-axis rules table."""
 
-    data: int = -1
-    fsdp: int = 1
-    tensor: int = 1
-    seq: int = 1
-    axis_type: str = "auto"  # auto | explicit
+    data: int = num(-1, ge=-1, ne=0)
+    fsdp: int = num(1, ge=-1, ne=0)
+    tensor: int = num(1, ge=-1, ne=0)
+    seq: int = num(1, ge=-1, ne=0)
+    axis_type: str = choice("auto", "auto", "explicit")
     rules: list[Any] = dataclasses.field(default_factory=lambda: [[k, v] for k, v in DEFAULT_RULES])
     distributed: bool = False  # call jax.distributed.initialize (also when JAX_COORDINATOR_ADDRESS is set)
     coordinator_address: str | None = None
-    num_processes: int | None = None
-    process_id: int | None = None
+    num_processes: int | None = num(None, ge=1)
+    process_id: int | None = num(None, ge=0)
 
 
 @dataclasses.dataclass
 class OptimConfig:
     """optax optimizer and schedule; clip_norm <= 0 disables clipping."""
 
-    name: str = "adamw"  # adamw | adafactor | lion | sgd
-    lr: float = 1e-3
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    schedule: str = "cosine"  # cosine | linear | constant
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
-    clip_norm: float = 1.0
-    grad_accum: int = 1
+    name: str = choice("adamw", "adamw", "adafactor", "lion", "sgd")
+    lr: float = num(1e-3, gt=0)
+    b1: float = num(0.9, ge=0, lt=1)
+    b2: float = num(0.999, ge=0, lt=1)
+    eps: float = num(1e-8, ge=0)
+    weight_decay: float = num(0.0, ge=0)
+    schedule: str = choice("cosine", "cosine", "linear", "constant")
+    warmup_steps: int = num(0, ge=0)
+    min_lr_ratio: float = num(0.1, ge=0, le=1)
+    clip_norm: float = num(1.0)  # any finite value; <= 0 disables clipping
+    grad_accum: int = num(1, ge=1)
 
 
 @dataclasses.dataclass
 class LoraConfig:
     """LoRA adapters on the named projections; rank 0 trains the full model."""
 
-    rank: int = 0
-    alpha: float = 16.0
+    rank: int = num(0, ge=0)
+    alpha: float = num(16.0, gt=0)
     targets: list[str] = dataclasses.field(default_factory=lambda: ["wq", "wk", "wv", "wo"])
 
 
@@ -57,9 +60,9 @@ class LoraConfig:
 class SourceConfig:
     """One SFT data source: a JSONL file (prompt/completion or messages) or procedural tasks."""
 
-    kind: str = "tasks"  # tasks | jsonl
+    kind: str = choice("tasks", "tasks", "jsonl")
     path: str = ""
-    weight: float = 1.0
+    weight: float = num(1.0, ge=0)
     replay: bool = False  # general data mixed in against forgetting
 
 
@@ -68,20 +71,20 @@ class DataConfig:
     """SFT batches: sources mixed by weight, tokenised, packed first-fit-decreasing into seq_len rows."""
 
     sources: dict[str, SourceConfig] = dataclasses.field(default_factory=dict)
-    replay_share: float = 0.0  # fraction of examples drawn from sources marked replay
-    seq_len: int = 128
-    batch_size: int = 32  # rows per optimizer step (split into optim.grad_accum micro-batches)
+    replay_share: float = num(0.0, ge=0, le=1)  # fraction of examples drawn from sources marked replay
+    seq_len: int = num(128, ge=2)  # rows are shifted by one token: 2 is the least that trains anything
+    batch_size: int = num(32, ge=1)  # rows per optimizer step (split into optim.grad_accum micro-batches)
     packing: bool = True
-    overlong: str = "truncate"  # truncate | drop
+    overlong: str = choice("truncate", "truncate", "drop")
     easy_to_hard: bool = False
-    pool_size: int = 4096  # examples generated per procedural pass / shuffled per epoch
+    pool_size: int = num(4096, ge=1)  # examples generated per procedural pass / shuffled per epoch
     completion_only: bool = True
     # Token layout for context parallelism over mesh.seq > 1: contiguous | zigzag | striped (load-balanced
     # causal work for ring attention); applied once to each batch, exact because masks use positions.
-    cp_layout: str = "zigzag"
+    cp_layout: str = choice("zigzag", "contiguous", "zigzag", "striped")
     # Progressive length curriculum: [[from_step, seq_len], ...] (ascending); empty: seq_len throughout.
     length_stages: list[Any] = dataclasses.field(default_factory=list)
-    noise: float = 0.0  # share of task demonstrations given another task's answer (a noisy teacher)
+    noise: float = num(0.0, ge=0, le=1)  # share of task demonstrations given another task's answer (a noisy teacher)
     tokenizer: str = "builtin"  # builtin | a tokenizer folder
 
 
@@ -89,15 +92,16 @@ class DataConfig:
 class TrainConfig:
     """The loop: steps, logging, checkpoints, evaluation."""
 
-    steps: int = 200
-    seed: int = 0
-    log_every: int = 10
-    eval_every: int = 0
-    eval_samples: int = 200
-    eval_max_new_tokens: int = 16
-    ckpt_every: int = 100
-    keep: int = 2
-    resume: str = "auto"  # auto | never
+    steps: int = num(200, ge=1)
+    seed: int = num(0, ge=0)
+    log_every: int = num(10, ge=1)
+    eval_every: int = num(0, ge=0)  # 0: no evaluation during training
+    eval_samples: int = num(200, ge=1)
+    eval_max_new_tokens: int = num(16, ge=1)
+    ckpt_every: int = num(100, ge=0)  # 0: no checkpoints
+    keep: int = num(2, ge=1)  # checkpoints kept (the newest)
+    # auto: continue from the newest readable checkpoint in out_dir | never: start fresh, refuse a non-empty out_dir
+    resume: str = choice("auto", "auto", "never")
     out_dir: str = "runs/${experiment_name}"
     init_from: str = ""  # an HF folder to start from (empty: random init)
     export_hf: bool = False
@@ -115,42 +119,43 @@ class AlgoConfig:
         default_factory=lambda: {"clip_low": 0.2, "clip_high": 0.28})
     aggregation: str = "token-mean"
     aggregation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    scope: str = "step"  # step: normalise over the whole optimizer step | micro: per micro-batch, then mean
-    kl_coef: float = 0.0
+    # step: normalise over the whole optimizer step | micro: per micro-batch, then mean
+    scope: str = choice("step", "step", "micro")
+    kl_coef: float = num(0.0, ge=0)
     kl_estimator: str = "k3"
-    kl_in: str = "loss"  # loss | reward
-    entropy_coef: float = 0.0
+    kl_in: str = choice("loss", "loss", "reward")
+    entropy_coef: float = num(0.0)
     # Ratio denominator: the sampler's log-probs ("rollout") or a trainer forward before the update
     # ("recompute"; then `correction` reweights the rollout/trainer mismatch).
-    old_logp: str = "rollout"
+    old_logp: str = choice("rollout", "rollout", "recompute")
     # The LM head and log-softmax run only on a window of columns covering each row's response (prompt
     # positions carry no loss; TRL's logits_to_keep). The loss is the same; false computes every column.
     logits_window: bool = True
     # The G rows of a group share their prompt: it runs through the policy once per group (its K/V broadcast to
     # the G responses, gradients summed back) instead of G times. Same loss and gradients; needs logits_window.
     share_prefix: bool = True
-    correction_level: str = "none"  # none | token | sequence | geometric
-    correction_mode: str = "truncate"  # truncate | mask
-    correction_cap: float = 2.0
+    correction_level: str = choice("none", "none", "token", "sequence", "geometric")
+    correction_mode: str = choice("truncate", "truncate", "mask")
+    correction_cap: float = num(2.0, gt=0)
     dynamic_sampling: bool = False  # DAPO: drop groups with zero reward variance
     overlong_filter: bool = False  # mask truncated samples out of the loss
-    overlong_buffer: int = 0  # DAPO soft overlong penalty over the last N tokens (0: off)
-    overlong_penalty: float = 1.0
+    overlong_buffer: int = num(0, ge=0)  # DAPO soft overlong penalty over the last N tokens (0: off)
+    overlong_penalty: float = num(1.0, ge=0)
 
 
 @dataclasses.dataclass
 class RolloutConfig:
     """Generation for RL: groups of `group_size` samples per task share one prefill."""
 
-    prompts_per_step: int = 32
-    group_size: int = 8
-    max_new_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float | None = None
-    top_k: int | None = None
-    max_prompt_len: int = 64
-    episode_timeout_s: float = 60.0
-    max_turns: int = 3  # multi-turn agents: policy turns per episode (each may call a tool)
+    prompts_per_step: int = num(32, ge=1)
+    group_size: int = num(8, ge=1)
+    max_new_tokens: int = num(16, ge=1)
+    temperature: float = num(1.0, ge=0)
+    top_p: float | None = num(None, gt=0, le=1)
+    top_k: int | None = num(None, ge=1)
+    max_prompt_len: int = num(64, ge=1)
+    episode_timeout_s: float = num(60.0, gt=0)
+    max_turns: int = num(3, ge=1)  # multi-turn agents: policy turns per episode (each may call a tool)
     # The sampler's compute dtype (e.g. "bfloat16" rollouts from float32 master weights, as verl samples with a
     # bf16 engine); None: the trainer's model.compute_dtype. The PPO ratio's denominator is then the bf16
     # policy's log-prob (rl.algo.old_logp=rollout), or use old_logp=recompute with rl.algo.correction_level.
@@ -163,20 +168,21 @@ class RLConfig:
 
     algo: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
-    mode: str = "sync"  # sync | async
-    max_staleness: int = 1
-    steps: int = 200
-    lr: float = 1e-4
-    eval_every: int = 0
-    eval_per_domain: int = 100
-    sft_steps: int = 0  # quickstart: SFT cold start before RL
-    sft_noise: float = 0.0  # quickstart: share of SFT demonstrations with a wrong answer (a noisy teacher)
-    sft_tiers: list[int] = dataclasses.field(default_factory=list)
+    mode: str = choice("sync", "sync", "async")
+    max_staleness: int = num(1, ge=0)
+    steps: int = num(200, ge=0)
+    lr: float = num(1e-4, gt=0)
+    eval_every: int = num(0, ge=0)
+    eval_per_domain: int = num(100, ge=1)
+    sft_steps: int = num(0, ge=0)  # quickstart: SFT cold start before RL
+    # quickstart: share of SFT demonstrations with a wrong answer (a noisy teacher)
+    sft_noise: float = num(0.0, ge=0, le=1)
+    sft_tiers: list[int] = num(default_factory=list, ge=0)
     # quickstart: stop the cold start once greedy pass@1 on a dev split of train-seed tasks (sft_dev_per_domain
     # per domain, checked every sft_check_every steps) reaches sft_target_pass; 0: run all sft_steps.
-    sft_target_pass: float = 0.0
-    sft_check_every: int = 25
-    sft_dev_per_domain: int = 100
+    sft_target_pass: float = num(0.0, ge=0, le=1)
+    sft_check_every: int = num(25, ge=1)
+    sft_dev_per_domain: int = num(100, ge=1)
 
 
 @dataclasses.dataclass
@@ -195,21 +201,21 @@ class ObserveConfig:
     to <out_dir>/failures/*.jsonl (at most `failures_max_responses` failing responses per task)."""
 
     tensorboard: bool = True
-    samples_every: int = 10
-    samples_per_step: int = 2
+    samples_every: int = num(10, ge=0)
+    samples_per_step: int = num(2, ge=0)
     drift: bool = True
-    drift_window: int = 8
-    drift_baseline: int = 32
-    drift_min_samples: int = 32
-    drift_bins: int = 10
-    drift_ks_threshold: float = 0.25
-    drift_psi_threshold: float = 0.25
+    drift_window: int = num(8, ge=1)
+    drift_baseline: int = num(32, ge=1)
+    drift_min_samples: int = num(32, ge=1)
+    drift_bins: int = num(10, ge=2)
+    drift_ks_threshold: float = num(0.25)  # <= 0: test off
+    drift_psi_threshold: float = num(0.25)  # <= 0: test off
     alert_hooks: list[str] = dataclasses.field(default_factory=list)
     trajectory_log: bool = True
-    traj_log_max_bytes: int = 16 << 20
-    traj_log_max_files: int = 8
+    traj_log_max_bytes: int = num(16 << 20, ge=1)
+    traj_log_max_files: int = num(8, ge=1)
     failures: bool = True
-    failures_max_responses: int = 2
+    failures_max_responses: int = num(2, ge=0)
 
 
 @dataclasses.dataclass
@@ -222,49 +228,54 @@ class PrefConfig:
     counted. Each stage can first train its own SFT policy (sft_steps > 0, on a teacher with sft_noise).
     """
 
-    sft_steps: int = 0  # SFT warm start inside the stage (0: train.init_from or random init)
-    sft_noise: float = 0.5
-    source: str = "verifier"  # verifier | synthetic | jsonl
+    sft_steps: int = num(0, ge=0)  # SFT warm start inside the stage (0: train.init_from or random init)
+    sft_noise: float = num(0.5, ge=0, le=1)
+    source: str = choice("verifier", "verifier", "synthetic", "jsonl")
     path: str = ""  # jsonl: training pairs
     heldout_path: str = ""  # jsonl: held-out pairs (empty: none for jsonl; tasks' eval split otherwise)
-    train_tasks: int = 256  # tasks (train seeds) for verifier / synthetic pairs
-    heldout_tasks: int = 128  # tasks (eval seeds) for held-out pairs
-    samples_per_task: int = 8  # verifier pairs: samples per task to find a passed and a failed one
-    sample_temperature: float = 1.0
+    train_tasks: int = num(256, ge=1)  # tasks (train seeds) for verifier / synthetic pairs
+    heldout_tasks: int = num(128, ge=1)  # tasks (eval seeds) for held-out pairs
+    samples_per_task: int = num(8, ge=1)  # verifier pairs: samples per task to find a passed and a failed one
+    sample_temperature: float = num(1.0, ge=0)
     gold_fallback: bool = False  # verifier pairs: the gold answer is chosen when no sample of a task passes
-    corruption: str = "mixed"  # synthetic rejected answer: swap (another task's answer) | perturb | mixed
-    max_len: int = 48  # prompt + response tokens per sequence
-    overlong: str = "drop"  # drop | truncate (cut the response's tail)
-    rounds: int = 1  # dpo: regenerate verifier pairs from the current policy each round (iterative DPO)
+    # synthetic rejected answer: swap (another task's answer) | perturb | mixed
+    corruption: str = choice("mixed", "swap", "perturb", "mixed")
+    max_len: int = num(48, ge=2)  # prompt + response tokens per sequence
+    overlong: str = choice("drop", "drop", "truncate")  # truncate: cut the response's tail
+    rounds: int = num(1, ge=1)  # dpo: regenerate verifier pairs from the current policy each round (iterative DPO)
     loss: str = "sigmoid"  # rlpt.algos.PREFERENCE_LOSSES name: sigmoid ipo robust hinge simpo orpo kto
     loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    beta: float = 0.1
-    rpo_alpha: float = 0.0  # dpo: + rpo_alpha * token-mean NLL of the chosen responses (RPO; TRL's rpo_alpha)
-    ref: str = "precompute"  # precompute (reference log-probs once per round) | online (frozen ref params)
-    steps: int = 100  # dpo optimizer steps per round
-    lr: float = 1.0e-4
-    batch_size: int = 16  # pairs per optimizer step
-    eval_per_domain: int = 200
-    rm_steps: int = 200
-    rm_lr: float = 3.0e-4
-    rm_batch_size: int = 32
-    rm_margin: float = 0.0  # Bradley-Terry margin: -log sigmoid(s_c - s_r - margin)
-    rm_center_coef: float = 0.0
+    beta: float = num(0.1, gt=0)
+    # dpo: + rpo_alpha * token-mean NLL of the chosen responses (RPO; TRL's rpo_alpha)
+    rpo_alpha: float = num(0.0, ge=0)
+    # precompute (reference log-probs once per round) | online (frozen ref params)
+    ref: str = choice("precompute", "precompute", "online")
+    steps: int = num(100, ge=1)  # dpo optimizer steps per round
+    lr: float = num(1.0e-4, gt=0)
+    batch_size: int = num(16, ge=1)  # pairs per optimizer step
+    eval_per_domain: int = num(200, ge=1)
+    rm_steps: int = num(200, ge=0)
+    rm_lr: float = num(3.0e-4, gt=0)
+    rm_batch_size: int = num(32, ge=1)
+    rm_margin: float = num(0.0)  # Bradley-Terry margin: -log sigmoid(s_c - s_r - margin)
+    rm_center_coef: float = num(0.0, ge=0)
     rm_path: str = ""  # ppo_rlhf: a saved RewardModel folder (empty: train one in the stage first)
-    ppo_steps: int = 100
-    ppo_lr: float = 5.0e-5
-    ppo_epochs: int = 1
-    rm_weight: float = 1.0  # reward = rm_weight * RM score + verifier_weight * verifier score - KL
-    verifier_weight: float = 0.0
-    kl_coef: float = 0.05  # KL-in-reward to the frozen reference
+    ppo_steps: int = num(100, ge=1)
+    ppo_lr: float = num(5.0e-5, gt=0)
+    ppo_epochs: int = num(1, ge=1)
+    rm_weight: float = num(1.0)  # reward = rm_weight * RM score + verifier_weight * verifier score - KL
+    verifier_weight: float = num(0.0)
+    kl_coef: float = num(0.05, ge=0)  # KL-in-reward to the frozen reference
     kl_estimator: str = "k1"
-    reward_norm: str = "batch"  # ppo_rlhf RM score before mixing: batch (standardised per rollout batch) | none
-    clip: float = 0.2
-    vf_coef: float = 0.5
-    vf_lr: float = 0.0  # ppo_rlhf value head's own optimizer (own lr and grad clip); 0: shared with the policy
-    value_clip: float = 0.2
-    gamma: float = 1.0
-    lam: float = 0.95
+    # ppo_rlhf RM score before mixing: batch (standardised per rollout batch) | none
+    reward_norm: str = choice("batch", "batch", "none")
+    clip: float = num(0.2, gt=0)
+    vf_coef: float = num(0.5, ge=0)
+    # ppo_rlhf value head's own optimizer (own lr and grad clip); 0: shared with the policy
+    vf_lr: float = num(0.0, ge=0)
+    value_clip: float = num(0.2, gt=0)
+    gamma: float = num(1.0, ge=0, le=1)
+    lam: float = num(0.95, ge=0, le=1)
 
 
 @dataclasses.dataclass
@@ -303,4 +314,6 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "con
     register_configs()
     conf_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf")
     with initialize_config_dir(config_dir=os.path.abspath(conf_dir), version_base="1.3"):
-        return OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+        cfg = OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+    validate(cfg)
+    return cfg
