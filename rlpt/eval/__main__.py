@@ -1,15 +1,22 @@
 """`python -m rlpt.eval key=value ...`: evaluate a checkpoint (or the oracle / empty policy) on a suite, compare
-results, measure effective context (suite=needle|multihop) or report contamination. Options: rlpt/eval/config.py."""
+results, measure effective context (suite=needle|multihop) or report contamination. A Hydra app over
+experiments/conf/eval.yaml (options: rlpt/eval/config.py); outputs go to the Hydra run folder unless out= is given.
+From Python: run(EvalConfig(...)) without Hydra, or main(['key=value', ...])."""
 import json
 import os
-import re
 import sys
 
-from rlpt.eval.config import EvalConfig, parse_args
+import hydra
+from omegaconf import OmegaConf
+
+from rlpt.config.cli import CONF_DIR, register_cli_configs, slug
+from rlpt.eval.config import EvalConfig, legacy_overrides, parse_args, validate
+
+register_cli_configs()
 
 
 def _out(cfg: EvalConfig, name: str) -> str:
-    return cfg.out or os.path.join("runs", "eval", re.sub(r"[^\w.-]+", "_", f"{name}-{cfg.policy}"))
+    return cfg.out or os.path.join("runs", "eval", slug(f"{name}-{cfg.policy}"))
 
 
 def _policy(cfg: EvalConfig):
@@ -86,8 +93,9 @@ def run_contamination(cfg: EvalConfig) -> dict:
             "rate": {r["source"]: round(r["rate"], 6) for r in alls}, "report": os.path.join(out, "contamination.md")}
 
 
-def main(argv: list[str]) -> dict:
-    cfg = parse_args(argv)
+def run(cfg: EvalConfig) -> dict:
+    """The mode cfg asks for (compare, contamination, effective context, or a suite evaluation); its JSON line."""
+    validate(cfg)
     if cfg.compare:
         return run_compare(cfg)
     if cfg.contamination:
@@ -99,13 +107,28 @@ def main(argv: list[str]) -> dict:
     return run_eval(cfg)
 
 
-if __name__ == "__main__":
-    from rlpt.runtime import tune_malloc
+def main(argv: list[str]) -> dict:
+    """In-process `python -m rlpt.eval <argv>` (no Hydra run folder: out= or runs/eval/<suite>-<policy>)."""
+    return run(parse_args(argv))
 
-    tune_malloc()  # re-exec once with glibc malloc settings XLA:CPU runs faster under (rlpt/runtime.py)
+
+@hydra.main(config_path=CONF_DIR, config_name="eval", version_base="1.3")
+def _app(dcfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    cfg = OmegaConf.to_object(dcfg)
+    cfg.out = cfg.out or HydraConfig.get().runtime.output_dir
     try:
-        line = main(sys.argv[1:])
+        line = run(cfg)
     except (ValueError, KeyError, FileNotFoundError, ImportError) as err:
         print(f"rlpt.eval: error: {err}", file=sys.stderr)
         sys.exit(2)
     print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    from rlpt.runtime import tune_malloc
+
+    tune_malloc()  # re-exec once with glibc malloc settings XLA:CPU runs faster under (rlpt/runtime.py)
+    sys.argv[1:] = legacy_overrides(sys.argv[1:])
+    _app()

@@ -1,6 +1,6 @@
-"""`python -m rlpt.eval` arguments: a typed dataclass filled from key=value pairs; unknown keys fail by name."""
+"""`python -m rlpt.eval` options: the typed schema Hydra composes (experiments/conf/eval.yaml), its checks, and the
+older comma forms of its overrides."""
 import dataclasses
-import types
 import typing
 
 
@@ -14,7 +14,7 @@ class EvalConfig:
     samples: int = 0  # n samples per task for pass@k (0: greedy pass@1 only)
     k: list[int] = dataclasses.field(default_factory=lambda: [1, 5, 10])  # pass@k reported for k <= samples
     temperature: float = 1.0  # for the samples (pass@1 is always greedy)
-    top_p: float = 1.0
+    top_p: float = 1.0  # nucleus sampling for the samples (1.0: off)
     top_k: int = 0  # 0: off
     max_new_tokens: int = 0  # 0: the suite's default
     limit: int = 0  # first N tasks of the suite (0: all; gsm_symbolic: its size)
@@ -22,63 +22,61 @@ class EvalConfig:
     seed: int = 0  # sampling seed, and the item seed of generated suites
     batch_size: int = 32  # prompts per generate call
     workers: int = 4  # verifier threads (sandboxed code checks run in parallel)
-    out: str = ""  # output folder (default runs/eval/<suite>-<policy>)
+    out: str = ""  # output folder (default: the Hydra run folder, runs/eval/<suite>-<policy>)
     # comparison: against a baseline results.json, or compare=a.json,b.json without evaluating
-    baseline: str = ""
-    compare: str = ""
+    baseline: str = ""  # a results.json (or its folder) to compare this evaluation against
+    compare: str = ""  # A,B: compare two results (B - A) without evaluating
     level: float = 0.95  # bootstrap confidence level
-    resamples: int = 2000
+    resamples: int = 2000  # bootstrap resamples
     min_drop: float = 0.0  # a regression is flagged when the interval is below 0 and delta <= -min_drop
     # contamination report instead of an evaluation: comma list of JSONL files and/or tasks:<domain globs>
-    contamination: str = ""
+    contamination: str = ""  # sources (JSONL files, folders, tasks:<globs>): report instead of evaluating
     train_tasks: int = 1000  # train-split tasks generated per domain for tasks:<globs>
-    ngram: int = 13
+    ngram: int = 13  # contamination: n-gram length
     # effective context (suite=needle | multihop)
-    lengths: list[int] = dataclasses.field(default_factory=lambda: [1024, 2048, 4096, 8192, 16384, 32768, 65536,
-                                                                    131072])
-    depths: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    lengths: list[int] = dataclasses.field(  # needle/multihop: document lengths in prompt tokens
+        default_factory=lambda: [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072])
+    depths: list[float] = dataclasses.field(  # needle/multihop: needle positions, fractions of the document
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
     trials: int = 2  # documents per (length, depth) cell
     threshold: float = 0.8  # effective context: largest length whose accuracy over depths is >= threshold
     tokenizer: str = ""  # needle with policy=oracle|empty: an HF tokenizer folder to measure length (default builtin)
 
 
-def _convert(key: str, text: str, kind):
-    origin = typing.get_origin(kind)
-    if origin is list:
-        (inner,) = typing.get_args(kind)
-        body = text.strip()
-        if body.startswith("[") and body.endswith("]"):
-            body = body[1:-1]
-        return [_convert(key, part.strip(), inner) for part in body.split(",") if part.strip()]
-    if kind is bool:
-        if text.lower() in ("true", "1", "yes"):
-            return True
-        if text.lower() in ("false", "0", "no"):
-            return False
-        raise ValueError(f"{key}={text!r}: expected true or false")
-    if kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            raise ValueError(f"{key}={text!r}: expected {kind.__name__}") from None
-    if kind is str or isinstance(kind, types.UnionType):
-        return text
-    raise TypeError(f"{key}: unsupported option type {kind}")
+def legacy_overrides(argv: list[str]) -> list[str]:
+    """Overrides with this CLI's older comma forms kept: `k=1,4,16` (a list option) -> `k=[1,4,16]`;
+    `compare=A,B`, `contamination=a.jsonl,tasks:code/*` and `suite=domains:a,b` stay one string. Elsewhere a comma
+    is Hydra's sweep (`-m suite=humaneval,arc`)."""
+    from rlpt.config.cli import quote
+
+    hints = typing.get_type_hints(EvalConfig)
+    out = []
+    for arg in argv:
+        key, sep, text = arg.partition("=")
+        plain = sep and "," in text and text[:1] not in "[('\"" and key in hints
+        if plain and typing.get_origin(hints[key]) is list:
+            arg = f"{key}=[{text}]"
+        elif plain and (key in ("compare", "contamination") or (key == "suite" and text.startswith("domains:"))):
+            arg = f"{key}={quote(text)}"
+        out.append(arg)
+    return out
 
 
 def parse_args(argv: list[str]) -> EvalConfig:
-    """EvalConfig from ['key=value', ...]; raises ValueError naming a malformed pair or an unknown key."""
-    hints = typing.get_type_hints(EvalConfig)
-    values = {}
-    for arg in argv:
-        key, sep, text = arg.partition("=")
-        key = key.lstrip("+").strip()
-        if not sep:
-            raise ValueError(f"argument {arg!r} is not key=value")
-        if key not in hints:
-            raise ValueError(f"unknown option {key!r}; known: {', '.join(sorted(hints))}")
-        values[key] = _convert(key, text, hints[key])
-    cfg = EvalConfig(**values)
+    """EvalConfig from the CLI's overrides (['key=value', ...]), composed by Hydra over experiments/conf/eval.yaml
+    and validated. Raises ValueError naming the key of an unknown option, a wrong type or a bad value."""
+    from hydra.errors import HydraException
+
+    from rlpt.config.cli import compose
+
+    try:
+        cfg = compose("eval", legacy_overrides(argv))
+    except HydraException as err:  # its causes hold the detail: the key's schema, the value's expected type
+        causes, cause = [], err
+        while cause is not None:
+            causes.append(str(cause))
+            cause = cause.__cause__
+        raise ValueError("\n".join(causes)) from err
     validate(cfg)
     return cfg
 
