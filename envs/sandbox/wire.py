@@ -7,10 +7,15 @@ subclass of int or str, cannot be encoded, so equality is always decided on genu
 import json
 import math
 import os
+import re
 import struct
 
 MAX_FRAME = 16 << 20
 MAX_DEPTH = 64
+_HEX = re.compile(r"-?[0-9a-f]+")
+_NONFINITE = ("inf", "-inf", "nan")
+MAX_TEXT = 1000
+REPORT_KEYS = {"load_error", "events", "opened", "canary", "builtins_changed", "test_modules"}
 
 
 class WireError(ValueError):
@@ -24,8 +29,8 @@ def encode(x, depth: int = 0):
     t = type(x)
     if x is None or t is bool or t is str:
         return x
-    if t is int:
-        return {"i": str(x)} if abs(x) >= 1 << 53 else x
+    if t is int:  # hex: unlike str(), no 4,300-digit limit and linear time
+        return {"x": format(x, "x")} if abs(x) >= 1 << 53 else x
     if t is float:
         return {"f": repr(x)} if not math.isfinite(x) else {"f": x}
     if t is list:
@@ -43,8 +48,17 @@ def encode(x, depth: int = 0):
     raise WireError(f"type {t.__module__}.{t.__qualname__} cannot cross the sandbox boundary")
 
 
-def decode(x, depth: int = 0):
-    """Tagged tree -> plain value (only builtin types are ever constructed)."""
+def decode(x):
+    """Tagged tree -> plain value (only builtin types are ever constructed); anything malformed: WireError."""
+    try:
+        return _decode(x, 0)
+    except WireError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:  # int('zz'), {[1]: 2}, ...
+        raise WireError(f"malformed value on the wire: {type(e).__name__}") from None
+
+
+def _decode(x, depth: int):
     if depth > MAX_DEPTH:
         raise WireError("value nested too deeply")
     t = type(x)
@@ -53,26 +67,80 @@ def decode(x, depth: int = 0):
     if t is float:
         return x
     if t is list:
-        return [decode(v, depth + 1) for v in x]
+        return [_decode(v, depth + 1) for v in x]
     if t is dict and len(x) == 1:
         ((tag, v),) = x.items()
-        if tag == "i" and type(v) is str:
-            return int(v)
-        if tag == "f":
+        if tag == "x" and type(v) is str and _HEX.fullmatch(v):
+            return int(v, 16)
+        if tag == "f" and (type(v) is float or v in _NONFINITE):
             return float(v)
         if tag == "t" and type(v) is list:
-            return tuple(decode(e, depth + 1) for e in v)
+            return tuple(_decode(e, depth + 1) for e in v)
         if tag == "d" and type(v) is list:
-            return {decode(k, depth + 1): decode(e, depth + 1) for k, e in v}
+            return {_decode(k, depth + 1): _decode(e, depth + 1) for k, e in v}
         if tag == "s" and type(v) is list:
-            return {decode(e, depth + 1) for e in v}
+            return {_decode(e, depth + 1) for e in v}
         if tag == "fs" and type(v) is list:
-            return frozenset(decode(e, depth + 1) for e in v)
+            return frozenset(_decode(e, depth + 1) for e in v)
         if tag == "b" and type(v) is str:
             return bytes.fromhex(v)
         if tag == "c" and type(v) is list and len(v) == 2:
             return complex(float(v[0]), float(v[1]))
-    raise WireError(f"malformed value on the wire: {str(x)[:80]}")
+    raise WireError(f"malformed value on the wire: a {t.__name__} that is no encoded value")
+
+
+# Schemas of the agent's replies: exact keys, exact types, bounded sizes (values are checked by decode).
+
+
+def _text(x, limit: int = MAX_TEXT) -> bool:
+    return type(x) is str and len(x) <= limit
+
+
+def _texts(x, count: int, limit: int) -> bool:
+    return type(x) is list and len(x) <= count and all(_text(v, limit) for v in x)
+
+
+def check_error(r: dict) -> bool:
+    """{"ok": false, "exc": name, "msg": text} with an optional "unserialisable": true."""
+    keys = set(r)
+    plain = keys == {"ok", "exc", "msg"}
+    return (
+        (plain or (keys == {"ok", "exc", "msg", "unserialisable"} and r["unserialisable"] is True))
+        and r["ok"] is False
+        and _text(r["exc"], 100)
+        and _text(r["msg"])
+    )
+
+
+def check_call(r: dict) -> bool:
+    return (set(r) == {"ok", "value"} and r["ok"] is True) or check_error(r)
+
+
+def check_get(r: dict) -> bool:
+    if r.get("ok") is True and r.get("kind") in ("missing", "callable"):
+        return set(r) == {"ok", "kind"}
+    if r.get("ok") is True and r.get("kind") == "value":
+        return set(r) == {"ok", "kind", "value"}
+    return check_error(r)
+
+
+def check_report(r: dict) -> bool:
+    """The agent's report: exactly REPORT_KEYS, each of its type, bounded."""
+    canary, events = r.get("canary"), r.get("events")
+    return (
+        set(r) == REPORT_KEYS
+        and (r["load_error"] is None or _text(r["load_error"]))
+        and type(events) is dict
+        and len(events) <= 64
+        and all(_text(k, 100) and type(v) is int and v >= 0 for k, v in events.items())
+        and _texts(r["opened"], 32, 300)
+        and type(canary) is dict
+        and set(canary) == {"eq", "assert"}
+        and type(canary["eq"]) is bool
+        and type(canary["assert"]) is bool
+        and _texts(r["builtins_changed"], 64, 100)
+        and _texts(r["test_modules"], 64, 300)
+    )
 
 
 def send(fd: int, msg: dict) -> None:
@@ -96,10 +164,17 @@ def recv(fd: int) -> dict | None:
     body = _read_exact(fd, n)
     if body is None:
         raise WireError("stream ended inside a frame")
-    msg = json.loads(body)
+    try:
+        msg = json.loads(body, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # garbage, or nesting past the parser's recursion limit
+        raise WireError(f"malformed frame: {type(e).__name__}: {str(e)[:80]}") from None
     if type(msg) is not dict:
         raise WireError("frame is not an object")
     return msg
+
+
+def _no_constant(name: str):
+    raise WireError(f"{name} is not a JSON value")
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
