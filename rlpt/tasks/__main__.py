@@ -1,12 +1,20 @@
-"""CLI: `python -m rlpt.tasks list` and `python -m rlpt.tasks sample DOMAIN --tier N [--n K] [--seed S]`."""
+"""`python -m rlpt.tasks cmd=list [pattern='arith/*']` and `python -m rlpt.tasks cmd=sample domain=D [tier=N n=K
+seed=S split=train|eval]`: a Hydra app over experiments/conf/tasks.yaml (options: rlpt.config.cli.TasksCliConfig).
+The older forms `list [PATTERN]` and `sample DOMAIN --tier N --n K --seed S --split X` still read."""
 
-import argparse
 import sys
 
+import hydra
+from omegaconf import OmegaConf
+
+from rlpt.config.cli import CONF_DIR, TasksCliConfig, compose, register_cli_configs, translate_argv
 from rlpt.tasks.registry import get_domain, list_domains
 
+register_cli_configs()
+_FLAGS = {"--tier": "tier", "--n": "n", "--seed": "seed", "--split": "split"}
 
-def _list(pattern: str | None) -> None:
+
+def _list(pattern: str) -> None:
     from rlpt.tasks.registry import resolve
 
     names = resolve([pattern]) if pattern else list_domains()
@@ -31,24 +39,41 @@ def _sample(name: str, tier: int, n: int, seed: int, split: str) -> None:
         print(f"--- gold answer:\n{task.meta['answer']}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlpt.tasks", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p_list = sub.add_parser("list", help="domains with tiers, verifier and source")
-    p_list.add_argument("pattern", nargs="?", help="glob such as 'arith/*'")
-    p_sample = sub.add_parser("sample", help="tasks with their gold answers")
-    p_sample.add_argument("domain")
-    p_sample.add_argument("--tier", type=int, default=1)
-    p_sample.add_argument("--n", type=int, default=3)
-    p_sample.add_argument("--seed", type=int, default=0)
-    p_sample.add_argument("--split", choices=["train", "eval"], default="train")
-    args = parser.parse_args(argv)
-    if args.cmd == "list":
-        _list(args.pattern)
-    else:
-        _sample(args.domain, args.tier, args.n, args.seed, args.split)
+def run(cfg: TasksCliConfig) -> int:
+    """Prints what cfg.cmd asks for; raises ValueError naming a bad option."""
+    if cfg.cmd not in ("list", "sample"):
+        raise ValueError(f"cmd={cfg.cmd!r}: expected list or sample")
+    if cfg.cmd == "list":
+        _list(cfg.pattern)
+        return 0
+    if not cfg.domain:
+        raise ValueError("cmd=sample needs domain=<name> (see cmd=list)")
+    if cfg.split not in ("train", "eval"):
+        raise ValueError(f"split={cfg.split!r}: expected train or eval")
+    _sample(cfg.domain, cfg.tier, cfg.n, cfg.seed, cfg.split)
     return 0
 
 
+def overrides(argv: list[str]) -> list[str]:
+    """Hydra overrides from argv, reading the older `list PATTERN` / `sample DOMAIN --tier N ...` forms too."""
+    second = {"list": "pattern", "sample": "domain"}.get(argv[0] if argv else "")
+    return translate_argv(argv, ["cmd", second] if second else [], _FLAGS)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """In-process `python -m rlpt.tasks <argv>`."""
+    return run(compose("tasks", overrides(sys.argv[1:] if argv is None else argv)))
+
+
+@hydra.main(config_path=CONF_DIR, config_name="tasks", version_base="1.3")
+def _app(dcfg) -> None:
+    try:
+        run(OmegaConf.to_object(dcfg))
+    except (ValueError, KeyError) as err:
+        print(f"rlpt.tasks: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.argv[1:] = overrides(sys.argv[1:])
+    _app()
