@@ -1,38 +1,68 @@
-"""CLI: `python -m rlpt.flywheel <failures folder> --out <dir>` builds tasks.jsonl + regression.jsonl;
-`python -m rlpt.flywheel --check <regression.jsonl>` re-verifies a regression file (exit 1 if any case broke).
-The last stdout line is one JSON object."""
-import argparse
+"""`python -m rlpt.flywheel failures=<run>/failures [out=<dir>]` builds tasks.jsonl + regression.jsonl (in the Hydra
+run folder unless out= is given); `python -m rlpt.flywheel check=<regression.jsonl>` re-verifies a regression file
+(exit 1 if any case broke). A Hydra app over experiments/conf/flywheel.yaml (options:
+rlpt.config.cli.FlywheelCliConfig); the older `<failures> --out D --neighbours K --tags a,b` / `--check F` forms
+still read. The last stdout line is one JSON object."""
 import json
 import sys
 
+import hydra
+from omegaconf import OmegaConf
+
+from rlpt.config.cli import CONF_DIR, FlywheelCliConfig, compose, register_cli_configs, translate_argv
 from rlpt.observe.tags import FAILURE_TAGS
 
+register_cli_configs()
+_FLAGS = {"--out": "out", "--neighbours": "neighbours", "--tags": "tags", "--check": "check"}
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlpt.flywheel", description=__doc__)
-    p.add_argument("failures", nargs="?", help="folder of failure records (<run>/failures)")
-    p.add_argument("--out", help="output folder for tasks.jsonl, regression.jsonl, now_passing.jsonl")
-    p.add_argument("--neighbours", type=int, default=2, help="add train seeds seed+-1..k of each failed task")
-    p.add_argument("--tags", default=",".join(FAILURE_TAGS), help="failure tags that become tasks")
-    p.add_argument("--check", metavar="REGRESSION_JSONL", help="re-verify a regression file instead")
-    a = p.parse_args(argv)
+
+def run(cfg: FlywheelCliConfig) -> int:
+    """Builds (or with cfg.check re-verifies), prints the JSON line; 1 if a regression case broke, else 0.
+    Raises ValueError naming a bad option, FileNotFoundError for a folder without failure records."""
     from rlpt.flywheel.build import build, check_regressions
 
-    if a.check:
-        result = check_regressions(a.check)
+    if cfg.check:
+        result = check_regressions(cfg.check)
         for case in result["broken_cases"]:
             print(f"[regression] {case['task_id']}: {case['why']}: {case['response'][:80]!r}", file=sys.stderr)
-        print(json.dumps({"check": a.check, "cases": result["cases"], "broken": result["broken"]}))
+        print(json.dumps({"check": cfg.check, "cases": result["cases"], "broken": result["broken"]}))
         return 1 if result["broken"] else 0
-    if not a.failures or not a.out:
-        p.error("give a failures folder and --out (or --check FILE)")
-    tags = tuple(t for t in a.tags.split(",") if t)
-    unknown = set(tags) - set(FAILURE_TAGS)
+    if not cfg.failures:
+        raise ValueError("give failures=<run>/failures (or check=<regression.jsonl>)")
+    if not cfg.out:
+        raise ValueError("out=<folder> is needed (the CLI defaults it to its Hydra run folder)")
+    unknown = set(cfg.tags) - set(FAILURE_TAGS)
     if unknown:
-        p.error(f"--tags: unknown {sorted(unknown)}; known: {FAILURE_TAGS}")
-    print(json.dumps(build(a.failures, a.out, neighbours=a.neighbours, tags=tags)))
+        raise ValueError(f"tags: unknown {sorted(unknown)}; known: {list(FAILURE_TAGS)}")
+    print(json.dumps(build(cfg.failures, cfg.out, neighbours=cfg.neighbours, tags=tuple(cfg.tags))))
     return 0
 
 
+def overrides(argv: list[str]) -> list[str]:
+    """Hydra overrides from argv, reading the older `<failures> --out D ...` / `--check F` forms too."""
+    return translate_argv(argv, ["failures"], _FLAGS, lists=("tags",))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """In-process `python -m rlpt.flywheel <argv>` (no Hydra run folder: give out=)."""
+    return run(compose("flywheel", overrides(sys.argv[1:] if argv is None else argv)))
+
+
+@hydra.main(config_path=CONF_DIR, config_name="flywheel", version_base="1.3")
+def _app(dcfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    cfg = OmegaConf.to_object(dcfg)
+    cfg.out = cfg.out or HydraConfig.get().runtime.output_dir
+    try:
+        code = run(cfg)
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        print(f"rlpt.flywheel: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    if code:
+        sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.argv[1:] = overrides(sys.argv[1:])
+    _app()

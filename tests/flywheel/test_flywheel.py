@@ -91,13 +91,14 @@ def test_cli_builds_tasks_and_regressions(tmp_path):
 
 def test_cli_entry_point_prints_json(tmp_path):
     _learning_policy_run(tmp_path, steps=2)
+    """The older `<failures> --out D` form; a Hydra app, so it runs in tmp_path (a relative out= is its run folder)."""
     res = subprocess.run([sys.executable, "-m", "rlpt.flywheel", str(tmp_path / "failures"), "--out",
-                          str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+                          str(tmp_path / "o")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     last = json.loads(res.stdout.strip().splitlines()[-1])
     assert last["failure_tasks"] > 0 and last["regression_cases"] > 0
     bad = subprocess.run([sys.executable, "-m", "rlpt.flywheel", str(tmp_path / "nothing"), "--out", "x"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert bad.returncode != 0 and "no failure files" in bad.stderr
 
 
