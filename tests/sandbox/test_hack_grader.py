@@ -81,7 +81,7 @@ def test_hostile_replies_do_not_break_concurrent_honest_checks(checker):
 
 
 def test_test_that_catches_the_exception_still_fails_on_a_violation(checker):
-    test = "def check(candidate):\n    try:\n        candidate(1)\n    except Exception:\n        pass\n    assert True\n"
+    test = "def check(candidate):\n    try:\n        candidate(1)\n    except Exception:\n        pass\n    assert 1\n"
     v = checker.check(HOSTILE_REPLIES["garbage_json"], test, "f")
     assert not v.passed and "protocol_violation" in v.details["flags"]
 
@@ -114,9 +114,19 @@ def test_helpers_come_from_the_trusted_prompt(checker, problems, task_id):
 
 
 def test_with_a_prompt_only_the_entry_point_and_stubs_come_from_the_solution(checker):
-    prompt = "def helper(x):\n    return x + 1\n\ndef other(x):\n    '''the solution writes this'''\n\ndef f(x):\n    ''''''\n"
-    test = "def check(candidate):\n    assert candidate(1) == helper(1)\n    assert other(1) == 5\n    assert secret() == 1\n"
-    program = "def helper(x):\n    return 0\ndef other(x):\n    return 5\ndef secret():\n    return 1\ndef f(x):\n    return 2\n"
+    prompt = 'def helper(x):\n    return x + 1\n\ndef other(x):\n    "to write"\n\ndef f(x):\n    ""\n'
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate(1) == helper(1)\n"
+        "    assert other(1) == 5\n"
+        "    assert secret() == 1\n"
+    )
+    program = (
+        "def helper(x):\n    return 0\n"
+        "def other(x):\n    return 5\n"
+        "def secret():\n    return 1\n"
+        "def f(x):\n    return 2\n"
+    )
     v = checker.check(program, test, "f", prompt=prompt)
     assert not v.passed and "NameError" in v.details["error"] and "secret" in v.details["error"]
     # the first two asserts held (helper is the prompt's: 2 == 2; other is the solution's stub answer), the
@@ -160,7 +170,11 @@ def f(x):
 
 
 def test_big_ints_cross_both_ways(checker):
-    test = "def check(candidate):\n    assert candidate(10 ** 5000) == 10 ** 5001\n    assert candidate(-(7 ** 9000)) == -(7 ** 9000) * 10\n"
+    test = (
+        "def check(candidate):\n"
+        "    assert candidate(10 ** 5000) == 10 ** 5001\n"
+        "    assert candidate(-(7 ** 9000)) == -(7 ** 9000) * 10\n"
+    )
     v = checker.check("def f(x):\n    return x * 10\n", test, "f")
     assert _clean(v), v.details
 
