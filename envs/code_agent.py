@@ -53,8 +53,14 @@ class CodeAgentEnv(WorkspaceEnv):
 
     def _grade(self):
         meta = self.task.meta
-        source = self.read(meta.get("solution_file", "solution.py")) or ""
-        v = self.checker.check(source, meta["tests"], meta["entry_point"], timeout_s=self.limits.wall_s)
+        try:
+            source = self.read(meta.get("solution_file", "solution.py")) or ""
+        except ValueError as e:  # a FIFO, folder or symlink out where the solution should be: a failure
+            from rlpt.rewards import Verdict
+
+            v = Verdict(0.0, False, {"error": f"solution_unreadable: {e}", "flags": []})
+        else:
+            v = self.checker.check(source, meta["tests"], meta["entry_point"], timeout_s=self.limits.wall_s)
         self.keep_if_failed(v.passed)
         return v
 

@@ -1,11 +1,15 @@
 """Agent environments that work in a sandboxed workspace: one uid and one workspace per episode."""
 
 import contextlib
+import logging
+import os
 
 from rlpt.envs.base import ToolEnv
 from rlpt.envs.sandbox import Limits
 from rlpt.envs.sandbox.layers import sandbox_python
-from rlpt.envs.sandbox.workspace import Workspace, read_inside, write_inside
+from rlpt.envs.sandbox.workspace import CopyReport, Workspace, read_inside, write_inside
+
+_log = logging.getLogger(__name__)
 
 
 class WorkspaceEnv(ToolEnv):
@@ -19,6 +23,7 @@ class WorkspaceEnv(ToolEnv):
         self._stack: contextlib.ExitStack | None = None
         self.ws: Workspace | None = None
         self.uid = None
+        self.last_kept: CopyReport | None = None
 
     @property
     def checker(self):
@@ -41,6 +46,7 @@ class WorkspaceEnv(ToolEnv):
         write_inside(self.ws.path, rel, content, self.uid.uid if self.uid is not None else None)
 
     def read(self, rel: str) -> str | None:
+        """A workspace file's text, None if absent; ValueError if it is not a regular file (never blocks)."""
         return read_inside(self.ws.path, rel)
 
     def run_command(self, argv: list[str], stdin: bytes = b"") -> str:
@@ -53,13 +59,17 @@ class WorkspaceEnv(ToolEnv):
         return [sandbox_python(), "-"]  # not -I: the policy's code may import its own workspace modules
 
     def keep_if_failed(self, passed: bool) -> None:
-        """Copy a failed episode's workspace aside for the data flywheel (when keep_failed_dir is set)."""
-        if self.keep_failed_dir and self.ws is not None and not passed:
-            import os
+        """Copy a failed episode's workspace aside for the data flywheel (when keep_failed_dir is set).
 
+        Only folders, regular files (setuid/setgid bits dropped) and symlinks leading further down are kept;
+        what was skipped (FIFOs, sockets, links out, over the size budget) is logged and kept in last_kept.
+        """
+        if self.keep_failed_dir and self.ws is not None and not passed:
             dest = os.path.join(self.keep_failed_dir, str(self.task.id).replace("/", "_") + f"-{id(self):x}")
             if not os.path.exists(dest):
-                self.ws.keep(dest)
+                self.last_kept = self.ws.keep(dest)
+                if self.last_kept.skipped:
+                    _log.warning("kept %s without %s", dest, self.last_kept.skipped[:20])
 
     def _end_episode(self) -> None:
         if self._stack is not None:

@@ -43,7 +43,7 @@ def bwrap_argv(
     block_fd: int,
     die_with_parent: bool = True,
 ) -> list[str]:
-    """bwrap options: every namespace, read-only system folders, private /tmp and /workspace.
+    """bwrap options: every namespace, read-only system folders and /dev, private capped /tmp, /dev/shm, /workspace.
 
     die_with_parent ties the sandbox to the *thread* that started it (PR_SET_PDEATHSIG); long-lived sandboxes
     started from short-lived threads turn it off and end when their control socket closes instead.
@@ -70,7 +70,10 @@ def bwrap_argv(
         a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     if die_with_parent:
         a.append("--die-with-parent")
-    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.workspace_mb << 20), "--tmpfs", "/tmp"]
+    # /dev: bwrap's minimal set (null, zero, full, random, urandom, tty, pts), read-only below; its only
+    # writable part is a private, size-capped /dev/shm that the warm zygote empties with /tmp between runs
+    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.shm_mb << 20), "--tmpfs", "/dev/shm"]
+    a += ["--size", str(limits.workspace_mb << 20), "--tmpfs", "/tmp"]
     if workspace is None:
         a += ["--size", str(limits.workspace_mb << 20), "--tmpfs", "/workspace"]
     else:
@@ -79,8 +82,11 @@ def bwrap_argv(
         a += ["--ro-bind", src, dst]
     for k, v in ENV.items():
         a += ["--setenv", k, v]
-    # the root tmpfs that bwrap builds stays read-only: only /workspace, /tmp and /dev/shm take writes
+    # the root tmpfs that bwrap builds stays read-only, and so does /dev: only /workspace, /tmp and /dev/shm
+    # take writes. Every bind and tmpfs is nosuid and nodev (bwrap adds both to all but --dev-bind).
     a += [
+        "--remount-ro",
+        "/dev",
         "--remount-ro",
         "/",
         "--chdir",

@@ -6,13 +6,15 @@ import resource
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """Per-run limits. Sizes in MiB; times in seconds; output_bytes caps each of stdout and stderr."""
+    """Per-run limits. Sizes in MiB; times in seconds; output_bytes caps each of stdout and stderr.
+    workspace_mb caps /workspace (when fresh) and /tmp each; shm_mb caps the private /dev/shm."""
 
     wall_s: float = 10.0
     cpu_s: int = 10
     memory_mb: int = 1024
     file_mb: int = 64
     workspace_mb: int = 128
+    shm_mb: int = 16
     nofile: int = 256
     nproc: int = 64
     output_bytes: int = 1 << 20

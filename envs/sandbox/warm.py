@@ -1,9 +1,12 @@
 """Warm sandbox slots: one long-lived bwrap sandbox per slot whose pid 1 forks a child per verification.
 
 Namespaces, uid, cgroups and seccomp are set up once per slot instead of once per run (~2 ms instead of
-~25 ms per verification); between runs pid 1 kills every other process and empties /workspace and /tmp.
+~25 ms per verification); between runs pid 1 kills every other process and empties /workspace, /tmp and
+/dev/shm. Everything a slot says is checked (one status per job, echoing its sequence number, exact fields and
+types); a slot that says anything else, or reports it could not empty itself, is closed and replaced.
 """
 
+import itertools
 import json
 import os
 import queue
@@ -20,6 +23,31 @@ from rlpt.envs.sandbox.limits import ExecResult, Limits, SandboxError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 BINDS = tuple((os.path.join(_HERE, f), f"/rlpt/{f}") for f in ("agent.py", "wire.py", "zygote.py"))
+_KILLED_FOR = (None, "deadline")  # what the zygote itself may report; the rest is derived here from the exit
+_MAX_STATUS = 4096
+
+
+def parse_status(data: bytes, seq: int) -> dict:
+    """The zygote's status for job seq, or SandboxError: anything malformed means the slot is not trusted."""
+    try:
+        st = json.loads(data) if len(data) <= _MAX_STATUS else None
+    except ValueError:
+        st = None
+    keys = {"seq", "clean", "exit_code", "killed_for", "wall_s", "cpu_s"}
+    ok = (
+        type(st) is dict
+        and set(st) == keys
+        and type(st["seq"]) is int
+        and st["seq"] == seq
+        and type(st["clean"]) is bool
+        and type(st["exit_code"]) is int
+        and -64 <= st["exit_code"] <= 255
+        and st["killed_for"] in _KILLED_FOR
+        and all(type(st[k]) in (int, float) and 0 <= st[k] < 1e9 for k in ("wall_s", "cpu_s"))
+    )
+    if not ok:
+        raise SandboxError(f"warm sandbox sent a malformed status for job {seq}: {data[:200]!r}")
+    return st
 
 
 class WarmSlot:
@@ -27,6 +55,8 @@ class WarmSlot:
 
     def __init__(self, slot: L.UidSlot | None, limits: Limits, use_seccomp: bool):
         self.slot, self.limits = slot, limits
+        self._seq = itertools.count(1)
+        self.reusable = True  # False once the slot said it could not empty itself: close it after this job
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         argv = [L.sandbox_python(), "-I", "-S", "/rlpt/zygote.py", str(theirs.fileno())]
@@ -46,16 +76,17 @@ class WarmSlot:
         finally:
             theirs.close()
         self.ctl = ours
-        if self._recv(time.monotonic() + 30.0) != {"ready": True}:
+        if self._recv(time.monotonic() + 30.0) != b'{"ready": true}':
             self.close()
             raise SandboxError("warm sandbox did not start")
 
-    def _recv(self, deadline: float) -> dict | None:
+    def _recv(self, deadline: float) -> bytes | None:
+        """One message from the zygote (SOCK_SEQPACKET keeps message boundaries); None: closed or too late."""
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([self.ctl], [], [], left)[0]:
             return None
-        data = self.ctl.recv(1 << 16)
-        return json.loads(data) if data else None
+        data = self.ctl.recv(_MAX_STATUS + 1)
+        return data or None
 
     def run(self, source: bytes, req: int, resp: int, limits: Limits) -> ExecResult:
         """Run agent.serve(source) on the (req, resp) channel in a fresh child; wait for it."""
@@ -71,7 +102,8 @@ class WarmSlot:
             "nproc": [limits.nproc] * 2,
             "core": [0, 0],
         }
-        job = json.dumps({"timeout_s": limits.wall_s, "rlimits": rl}).encode()
+        seq = next(self._seq)
+        job = json.dumps({"seq": seq, "timeout_s": limits.wall_s, "rlimits": rl}).encode()
         try:
             socket.send_fds(self.ctl, [job], [in_r, out_w, err_w, req, resp])
         except OSError as e:
@@ -97,9 +129,10 @@ class WarmSlot:
                     raise SandboxError("warm sandbox did not report back in time")
                 for fd in select.select(open_fds, [], [], left)[0]:
                     if fd is self.ctl:
-                        status = self._recv(deadline)
-                        if status is None:
+                        data = self._recv(deadline)
+                        if data is None:
                             raise SandboxError("warm sandbox died")
+                        status = parse_status(data, seq)
                         continue
                     chunk = os.read(fd, 1 << 16)
                     if not chunk:
@@ -122,9 +155,10 @@ class WarmSlot:
             for fd in (out_r, err_r):
                 if fd not in closed:
                     os.close(fd)
+        self.reusable = status["clean"]
         killed_for = status["killed_for"]
         code = status["exit_code"]
-        if killed_for is None and code is not None and code < 0:
+        if killed_for is None and code < 0:
             mem = (
                 self.slot is not None
                 and "memory" in self.slot.cgroups
@@ -145,7 +179,7 @@ class WarmSlot:
         )
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.reusable and self.proc.poll() is None
 
     def close(self) -> None:
         self.ctl.close()
@@ -196,11 +230,15 @@ class WarmPool:
                 with self._lock:
                     self._all.append(item)
             try:
-                return item[0].run(source, req, resp, limits)
-            except SandboxError:
+                res = item[0].run(source, req, resp, limits)
+            except BaseException:  # a failed or interrupted job leaves the slot out of step: never reuse it
                 self._discard(item)
                 item = None
                 raise
+            if not item[0].reusable:
+                self._discard(item)
+                item = None
+            return res
         finally:
             self._free.put(item)
 

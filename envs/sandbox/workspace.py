@@ -3,19 +3,30 @@
 Overlay mode (root): a size-capped tmpfs holds layer 0 (the template, owned by the episode's uid), frozen
 snapshot layers, and the writable upper layer; rollback drops layers and remounts (~1 ms). Copy mode
 (elsewhere): snapshots are folder copies. Either way close() leaves no mount and no folder behind.
+
+Everything under `path` was written by untrusted code, and the host side runs as root: mounts are nosuid and
+nodev, and every host-side read or copy goes through the functions here, which open without following
+symlinks and without blocking (a FIFO would hang the reader), accept regular files only, cap sizes, and copy
+modes without setuid, setgid or sticky bits.
 """
 
 import collections
 import ctypes
 import ctypes.util
+import dataclasses
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import weakref
 
 _MNT_DETACH = 2
+_MS_NOSUID, _MS_NODEV = 2, 4
+_O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_DEPTH, _MAX_ENTRIES = 64, 100_000  # host-side copies stop there (recursion and fds per level)
 # The latest workspace folders this process created (tests check that none outlives its episode).
 RECENT_BASES: collections.deque = collections.deque(maxlen=4096)
 
@@ -26,7 +37,8 @@ def _libc():
 
 
 def _mount(src: str, target: str, fstype: str, data: str) -> None:
-    if _libc().mount(src.encode(), target.encode(), fstype.encode(), 0, data.encode()) != 0:
+    flags = _MS_NOSUID | _MS_NODEV  # a setuid file or device node written by the sandbox means nothing here
+    if _libc().mount(src.encode(), target.encode(), fstype.encode(), flags, data.encode()) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {fstype} on {target} failed: {os.strerror(e)}")
 
@@ -128,7 +140,7 @@ class Workspace:
             self._mounted.append(merged)
         else:
             shutil.rmtree(self.path, ignore_errors=True)
-            shutil.copytree(self._layers[-1], self.path, symlinks=True)
+            copy_tree(self._layers[-1], self.path, max_bytes=self.size_mb << 20, links="all")
             self._chown(self.path)
 
     def snapshot(self) -> int:
@@ -139,7 +151,7 @@ class Workspace:
             self._mounted.remove(self.path)
             os.rename(os.path.join(self.base, "upper"), os.path.join(self.base, name))
         else:
-            shutil.copytree(self.path, os.path.join(self.base, name), symlinks=True)
+            copy_tree(self.path, os.path.join(self.base, name), max_bytes=self.size_mb << 20, links="all")
         self._layers.append(os.path.join(self.base, name))
         self._remount()
         return len(self._layers) - 1
@@ -156,10 +168,15 @@ class Workspace:
         del self._layers[snapshot + 1 :]
         self._remount()
 
-    def keep(self, dest: str) -> str:
-        """Copy the current state to dest (e.g. a failed episode for the data flywheel); returns dest."""
-        shutil.copytree(self.path, dest, symlinks=True)
-        return dest
+    def keep(self, dest: str, max_bytes: int | None = None) -> "CopyReport":
+        """Copy the current state to a new folder dest (e.g. a failed episode for the data flywheel).
+
+        Folders, regular files (no setuid/setgid/sticky bits, at most max_bytes in all, default the
+        workspace's size) and symlinks that can only lead further down are copied; FIFOs, sockets, devices,
+        other symlinks and files over the budget are skipped and listed in the returned report.
+        """
+        budget = (self.size_mb << 20) if max_bytes is None else max_bytes
+        return copy_tree(self.path, dest, max_bytes=budget, links="inside")
 
     def close(self) -> None:
         """Unmount and delete everything (idempotent)."""
@@ -193,8 +210,15 @@ def write_inside(root: str, rel: str, content: str, owner: int | None) -> None:
         missing.append(p)
         p = os.path.dirname(p)
     os.makedirs(parent, exist_ok=True)
-    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    # O_NONBLOCK: opening a FIFO for writing would wait for a reader; O_TRUNC only after fstat says regular
+    try:
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ValueError(f"{rel!r} cannot be written: {e.strerror}") from None
+    _require_regular(fd, rel)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
         fh.write(content)
     if owner is not None:
         for d in missing:
@@ -203,11 +227,142 @@ def write_inside(root: str, rel: str, content: str, owner: int | None) -> None:
 
 
 def read_inside(root: str, rel: str, max_bytes: int = 1 << 20) -> str | None:
-    """Text of a workspace file, or None if it does not exist (symlinks are not followed)."""
+    """Text of a workspace file (its first max_bytes), or None if it does not exist.
+
+    Never blocks and never follows a symlink out: ValueError for a FIFO, socket, device or folder.
+    """
     full = resolve_inside(root, rel)
     try:
-        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(full, _O_READ)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as e:
+        raise ValueError(f"{rel!r} cannot be read: {e.strerror}") from None
+    _require_regular(fd, rel)
     with os.fdopen(fd, "rb") as fh:
         return fh.read(max_bytes).decode("utf-8", errors="replace")
+
+
+def _require_regular(fd: int, rel: str) -> None:
+    """ValueError (closing fd) unless fd is a regular file."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ValueError(f"{rel!r} is not a regular file ({_kind(mode).split(':')[0]})")
+
+
+@dataclasses.dataclass
+class CopyReport:
+    """What copy_tree did: dest, regular files and bytes copied, and (relative path, reason) per skipped entry."""
+
+    dest: str
+    files: int = 0
+    bytes: int = 0
+    entries: int = 0
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+
+def copy_tree(src: str, dest: str, *, max_bytes: int, links: str = "inside") -> CopyReport:
+    """Copy a folder the sandbox wrote into a new folder dest, without trusting anything in it.
+
+    Walks with directory fds (nothing is followed through a symlink, even one swapped in midway); opens files
+    O_NOFOLLOW | O_NONBLOCK and copies them only if fstat says they are regular; modes keep only the 0o777
+    bits. links="inside": keep symlinks whose target is relative with no '..' (they can only lead further
+    down, even chained); links="all": keep every symlink as it is (for copy-mode layers that stay inside).
+    """
+    if links not in ("inside", "all"):
+        raise ValueError(f"links must be 'inside' or 'all', got {links!r}")
+    report = CopyReport(dest)
+    top = os.open(src, _O_DIR)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+        os.mkdir(dest, 0o700)
+        _copy_dir(top, dest, "", report, max_bytes, links)
+        os.chmod(dest, stat.S_IMODE(os.fstat(top).st_mode) & 0o777)
+    finally:
+        os.close(top)
+    return report
+
+
+def _copy_dir(dfd: int, dest: str, rel: str, report: CopyReport, max_bytes: int, links: str) -> None:
+    with os.scandir(dfd) as it:
+        names = [e.name for e in it]
+    for name in names:
+        r, target = os.path.join(rel, name), os.path.join(dest, name)
+        report.entries += 1
+        if report.entries > _MAX_ENTRIES:
+            report.skipped.append((r, f"over the copy budget of {_MAX_ENTRIES} entries"))
+            continue
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError as e:
+            report.skipped.append((r, f"unreadable: {e.strerror}"))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            if r.count("/") >= _MAX_DEPTH:
+                report.skipped.append((r, f"folder deeper than {_MAX_DEPTH} levels"))
+                continue
+            try:
+                sub = os.open(name, _O_DIR, dir_fd=dfd)
+            except OSError as e:
+                report.skipped.append((r, f"unreadable: {e.strerror}"))
+                continue
+            try:
+                os.mkdir(target, 0o700)
+                _copy_dir(sub, target, r, report, max_bytes, links)
+            finally:
+                os.close(sub)
+            os.chmod(target, st.st_mode & 0o777)
+        elif stat.S_ISREG(st.st_mode):
+            _copy_file(dfd, name, target, r, report, max_bytes)
+        elif stat.S_ISLNK(st.st_mode):
+            link = os.readlink(name, dir_fd=dfd)
+            if links == "all" or (link and not link.startswith("/") and ".." not in link.split("/")):
+                os.symlink(link, target)
+            else:
+                report.skipped.append((r, f"symlink to {link[:200]!r} could lead out"))
+        else:
+            report.skipped.append((r, _kind(st.st_mode)))
+
+
+def _copy_file(dfd: int, name: str, target: str, rel: str, report: CopyReport, max_bytes: int) -> None:
+    try:
+        fd = os.open(name, _O_READ, dir_fd=dfd)
+    except OSError as e:
+        report.skipped.append((rel, f"unreadable: {e.strerror}"))
+        return
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped after the stat above
+            report.skipped.append((rel, _kind(st.st_mode)))
+            return
+        if report.bytes + st.st_size > max_bytes:
+            report.skipped.append((rel, f"over the copy budget of {max_bytes} bytes"))
+            return
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            left = max_bytes - report.bytes
+            while left > 0 and (chunk := os.read(fd, min(1 << 20, left))):
+                os.write(out, chunk)  # regular files take whole writes
+                left -= len(chunk)
+                report.bytes += len(chunk)
+            os.fchmod(out, st.st_mode & 0o777)  # never setuid, setgid or sticky
+        finally:
+            os.close(out)
+        report.files += 1
+    finally:
+        os.close(fd)
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "fifo"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISDIR, "folder"),
+)
+
+
+def _kind(mode: int) -> str:
+    kind = next((k for test, k in _KINDS if test(mode)), f"file type {stat.S_IFMT(mode):o}")
+    return f"{kind}: not copied"

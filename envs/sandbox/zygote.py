@@ -1,11 +1,14 @@
 """Inside a warm sandbox slot (pid 1 of its namespaces): fork one fresh child per verification (stdlib only).
 
 argv: <control socket fd>. A job arrives as JSON with fds (stdin, stdout, stderr, request, response). The
-child limits itself and runs agent.serve; afterwards every other process in the namespace is killed and
-/workspace and /tmp are emptied, so nothing of one episode survives into the next.
+child keeps exactly those fds (as 0-4), limits itself and runs agent.serve; afterwards every other process in
+the namespace is killed and every writable mount (/workspace, /tmp, /dev/shm) is emptied, so nothing of one
+episode survives into the next. pid 1 is not dumpable: its children (same uid) cannot reach its memory or its
+fds through /proc/1/mem, /proc/1/fd or pidfd_getfd.
 """
 
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -42,6 +45,9 @@ _PRELOAD = (
     "dataclasses",
 )
 _IPC_RMID = 0
+_PR_SET_DUMPABLE = 4
+_WRITABLE = ("/workspace", "/tmp", "/dev/shm")
+_REQ_FD, _RESP_FD = 3, 4  # where the child finds its request and response pipes
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _RLIMITS = {
     "cpu": resource.RLIMIT_CPU,
@@ -57,6 +63,8 @@ def main() -> None:
     for name in _PRELOAD:
         __import__(name)
     gc.freeze()  # keep the warm heap out of the collector: forked children then copy fewer pages
+    _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Python's SIGINT handler would let a child kill pid 1
     ctl = socket.socket(fileno=int(sys.argv[1]))
     ctl.sendall(b'{"ready": true}')
     while True:
@@ -66,7 +74,10 @@ def main() -> None:
             return
         if not msg:
             return
-        ctl.sendall(json.dumps(_run(json.loads(msg), fds)).encode())
+        status = _run(json.loads(msg), fds)
+        ctl.sendall(json.dumps(status).encode())
+        if not status["clean"]:
+            return  # something survived the emptying: the host replaces this slot
 
 
 def _run(job: dict, fds: list[int]) -> dict:
@@ -85,11 +96,14 @@ def _run(job: dict, fds: list[int]) -> dict:
     _kill_all()
     _, status = os.waitpid(pid, 0)
     _reap()
-    for d in ("/workspace", "/tmp", "/dev/shm"):
-        _empty(d)
+    clean = True
+    for d in _WRITABLE:
+        clean = _empty(d) and clean
     _remove_sysv_ipc()
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
+        "seq": job["seq"],
+        "clean": clean,
         "exit_code": os.waitstatus_to_exitcode(status),
         "killed_for": killed_for,
         "wall_s": time.monotonic() - t0,
@@ -99,17 +113,27 @@ def _run(job: dict, fds: list[int]) -> dict:
 
 def _child(job: dict, fds: list[int]) -> None:
     try:
-        stdin, out, err, req, resp = fds
-        for src, dst in ((stdin, 0), (out, 1), (err, 2)):
-            os.dup2(src, dst)
-            os.close(src)
+        # fds [0, 5) become the job's five; the control socket and anything else inherited is closed, so the
+        # untrusted code cannot speak for the zygote or receive the next job's pipes
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5) for fd in fds]  # no dup2 below clobbers a source
+        for src, dst in zip(high, range(5)):
+            os.dup2(src, dst, inheritable=False)
+        os.closerange(5, resource.getrlimit(resource.RLIMIT_NOFILE)[1])  # close_range(2): one syscall
+        for fd in (0, 1, 2):
+            os.set_inheritable(fd, True)
+        _LIBC.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # the child's own /proc/self behaves as usual
+        try:
+            with open("/proc/self/oom_score_adj", "w") as fh:
+                fh.write("1000")  # under memory pressure in the slot's cgroup the child dies first, not pid 1
+        except OSError:
+            pass
         for name, value in job["rlimits"].items():
             resource.setrlimit(_RLIMITS[name], (value[0], value[1]))
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         os.chdir("/workspace")
         source = _read_all(0)
-        agent.serve(source.decode("utf-8", errors="replace"), req, resp)
+        agent.serve(source.decode("utf-8", errors="replace"), _REQ_FD, _RESP_FD)
     finally:
         os._exit(70)
 
@@ -154,27 +178,31 @@ def _reap() -> None:
             return
 
 
-def _empty(path: str) -> None:
+def _empty(path: str) -> bool:
+    """Delete everything under path; True when it is empty afterwards (else the host replaces the slot)."""
     try:
-        names = os.listdir(path)
+        for root, dirs, _ in os.walk(path):  # first make every folder enterable: chmod 0 must not keep files
+            for d in dirs:
+                p = os.path.join(root, d)
+                if not os.path.islink(p):
+                    try:
+                        os.chmod(p, 0o700)
+                    except OSError:
+                        pass
+        for name in os.listdir(path):
+            p = os.path.join(path, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
+        return not os.listdir(path)
+    except FileNotFoundError:
+        return True
     except OSError:
-        return
-    for name in names:
-        p = os.path.join(path, name)
-        if os.path.isdir(p) and not os.path.islink(p):
-            shutil.rmtree(p, onerror=_chmod_retry)
-        else:
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
-
-
-def _chmod_retry(func, path, _exc):
-    os.chmod(os.path.dirname(path), 0o700)
-    if os.path.isdir(path):
-        os.chmod(path, 0o700)
-    func(path)
+        return False
 
 
 if __name__ == "__main__":
