@@ -23,11 +23,17 @@ def _rng(*keys: int) -> random.Random:
 
 
 def jsonl_records(path: str, what: str = "JSONL"):
-    """Yield ("file:line", record) for each non-blank line; a missing file or invalid JSON raises DataError."""
+    """Yield ("file:line", record) for each non-blank line; a missing file, a line that is not UTF-8 or not
+    JSON raises DataError naming the file and line."""
     if not os.path.exists(path):
         raise DataError(f"{path}: {what} file not found")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1}); "
+                                f"{what} files must be UTF-8 encoded") from None
             if not line.strip():
                 continue
             try:
@@ -126,6 +132,35 @@ class SFTData:
             raise ValueError(f"data.length_stages={cfg.length_stages!r}: expected ascending [from_step, seq_len] pairs")
         self.stages = stages
         self._cache: dict = {}
+        self._check_usable()
+
+    def _check_usable(self, probe: int = 64) -> None:
+        """Fail before training when a row length leaves no example of a source with a trained token.
+
+        JSONL sources are checked whole, procedural ones on their first `probe` examples. With overlong=drop an
+        example must fit the row; with truncate its first completion token must (after the one-token shift).
+        """
+        lengths = [] if any(start == 0 for start, _ in self.stages) else [("data.seq_len", self.cfg.seq_len)]
+        lengths += [(f"data.length_stages (from step {start})", n) for start, n in self.stages]
+        for name in self.names:
+            src = self.sources[name]
+            n = len(src) if isinstance(src, list) else min(probe, self.cfg.pool_size)
+            shifted = [shift_example(*self._example(name, j)) for j in range(n)]
+            sizes = [len(inp) for inp, _, _ in shifted]
+            first = [next((i for i, m in enumerate(msk) if m), len(msk)) for _, _, msk in shifted]
+            for key, row_len in lengths:
+                if self.cfg.overlong == "drop":
+                    usable, need = sum(k <= row_len for k in sizes), min(sizes)
+                    why = f"{n - usable} longer than {row_len} tokens would be dropped (data.overlong=drop)"
+                else:
+                    usable, need = sum(f < row_len for f in first), min(first) + 1
+                    why = (f"{n - usable} truncated to {row_len} tokens keep no completion token "
+                           f"(data.overlong=truncate)")
+                if usable == 0:
+                    raise DataError(
+                        f"{key}={row_len} leaves 0 of {n} examples of data.sources.{name} with a token to train on: "
+                        f"{why}; examples are {min(sizes)}-{max(sizes)} tokens; raise it to at least "
+                        f"{need}")
 
     def row_len(self, batch_index: int) -> int:
         """The sequence length of batch `batch_index` under the progressive length curriculum."""

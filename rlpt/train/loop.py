@@ -15,9 +15,10 @@ from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig, init_model, load_pretrained
 from rlpt.models.transformer import param_axes
 from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding
-from rlpt.train.checkpoint import Checkpointer, fingerprint
+from rlpt.train.checkpoint import Checkpointer
 from rlpt.train.lora import init_lora, merge_lora
 from rlpt.train.optim import make_optimizer, make_schedule
+from rlpt.train.preflight import run_fingerprint
 from rlpt.train.state import TrainState, create_state
 from rlpt.train.step import build_train_step
 
@@ -128,16 +129,16 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
                                params_fn=params_fn, donate=donate, compute_dtype=model.config.compute_dtype)
     ckpt = None
     if cfg.train.ckpt_every > 0:
-        fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
-                         dataclasses.asdict(cfg.lora))
+        fp = run_fingerprint(model.config, cfg)
         ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
-                            keep=cfg.train.keep, fingerprint=fp, seed=cfg.train.seed)
+                            keep=cfg.train.keep, fingerprint=fp, seed=cfg.train.seed, resume=cfg.train.resume)
     return Trainer(cfg, mesh, model.config, state, step_fn, params_fn, ckpt,
                    make_schedule(cfg.optim, cfg.train.steps))
 
 
 def maybe_resume(trainer: Trainer) -> dict | None:
-    """Restore the latest checkpoint when train.resume=auto; returns its meta (data/curriculum state)."""
+    """Restore the newest readable checkpoint when train.resume=auto (unreadable newer steps are logged and set
+    aside by the Checkpointer); returns its meta (data/curriculum state)."""
     ck = trainer.checkpointer
     if ck is None or trainer.cfg.train.resume != "auto" or ck.latest_step() is None:
         return None

@@ -24,6 +24,9 @@ def register_stage(name: str):
 
 
 def run_stage(cfg):
+    from rlpt.config.validate import validate
+
+    validate(cfg)  # configs built or edited in code get the same range checks as composed ones
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
     target = STAGES[cfg.stage]

@@ -1,0 +1,133 @@
+"""Checks that run before `python -m rlpt.train` writes anything: config ranges and the run folder.
+
+Hydra writes `<out_dir>/hydra/` (and its job log) before the task function runs, so a run refused inside it
+would already have overwritten the folder's record of the run it refuses. `preflight(argv)` composes the same
+config first and refuses a bad value or an unusable folder with one line; `FolderSnapshot` puts Hydra's files
+and `config.yaml` back for the refusals that can only be detected later (a stage's own checkpoint fingerprint).
+"""
+import dataclasses
+import os
+import shutil
+
+from rlpt.config.validate import ConfigError, validate
+from rlpt.train.checkpoint import Checkpointer, IncompatibleCheckpoint, RunFolderError, fingerprint
+
+# What Hydra and the CLI write into the run folder before a stage starts.
+HYDRA_ENTRIES = ("hydra", "config.yaml", "__main__.log")
+REFUSALS = (ConfigError, RunFolderError, IncompatibleCheckpoint)
+# Hydra flags after which argv is not one plain run (multirun, --cfg, --help, ...): those skip the preflight.
+_VALUE_FLAGS = {"-cn": "name", "--config-name": "name"}
+
+
+def run_fingerprint(model_cfg, cfg) -> str:
+    """The fingerprint make_trainer gives the checkpoints of a run (shapes of the saved state)."""
+    return fingerprint(dataclasses.asdict(model_cfg), dataclasses.asdict(cfg.optim), dataclasses.asdict(cfg.lora))
+
+
+def _sft_model_config(cfg):
+    if not cfg.train.init_from:
+        return cfg.model
+    from rlpt.models.hf import config_from_hf
+
+    return config_from_hf(cfg.train.init_from, **{k: getattr(cfg.model, k) for k in
+                                                   ("param_dtype", "compute_dtype", "attention_impl", "remat")})
+
+
+def check_run_folder(cfg, ignore: tuple[str, ...] = ()) -> None:
+    """Refuse (RunFolderError / IncompatibleCheckpoint) a run folder this run must not write into.
+
+    resume=never: the folder must be empty (entries in `ignore` aside). resume=auto: the stage-sft checkpoints
+    must carry this run's fingerprint and seed (other stages check theirs when they build their trainer).
+    """
+    out = cfg.train.out_dir
+    if not os.path.isdir(out):
+        return
+    entries = sorted(e for e in os.listdir(out) if e not in ignore)
+    if cfg.train.resume == "never":
+        if entries:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            raise RunFolderError(f"train.out_dir={out} is not empty ({shown}) and train.resume=never: use a new "
+                                 f"train.out_dir, or train.resume=auto to continue that run. Nothing was written.")
+        return
+    ckpt_dir = os.path.join(out, "checkpoints")
+    if cfg.stage == "sft" and cfg.train.ckpt_every > 0 and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+        Checkpointer(ckpt_dir, every=cfg.train.ckpt_every, keep=cfg.train.keep, async_save=False,
+                     fingerprint=run_fingerprint(_sft_model_config(cfg), cfg), seed=cfg.train.seed).manager.close()
+
+
+def plain_run_args(argv: list[str]) -> tuple[list[str], str] | None:
+    """(overrides, config name) when argv is one plain run; None for anything else Hydra is asked to do."""
+    overrides, name, i = [], "config", 0
+    while i < len(argv):
+        a = argv[i]
+        flag, _, value = a.partition("=")
+        if flag in _VALUE_FLAGS:
+            if not value:
+                i += 1
+                value = argv[i] if i < len(argv) else ""
+            name = value
+        elif a.startswith("-"):
+            return None
+        elif not a.lstrip("+~").startswith(("hydra.", "hydra/")):
+            overrides.append(a)
+        i += 1
+    return overrides, name
+
+
+def preflight(argv: list[str]):
+    """Compose and validate the config of `argv` and check its run folder. Returns the Config (None when argv is
+    not a plain run, or its composition fails: Hydra then reports that itself); raises a REFUSALS error or a
+    ValueError from a schema's own checks."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlpt.config.schema import compose
+
+    parsed = plain_run_args(argv)
+    if parsed is None:
+        return None
+    try:
+        cfg = compose(*parsed)
+    except (HydraException, OmegaConfBaseException):
+        return None
+    validate(cfg)
+    check_run_folder(cfg)
+    return cfg
+
+
+class FolderSnapshot:
+    """The run folder's Hydra files and config.yaml as they were before this run, to put back on a refusal."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+        self.existed = os.path.isdir(out_dir)
+        self.before = set(os.listdir(out_dir)) if self.existed else set()
+        self.files: dict[str, bytes] = {}
+        for rel in ("config.yaml", "__main__.log", *(os.path.join("hydra", f) for f in self._hydra_files())):
+            path = os.path.join(out_dir, rel)
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    self.files[rel] = f.read()
+
+    def _hydra_files(self) -> list[str]:
+        d = os.path.join(self.out_dir, "hydra")
+        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+    def restore(self) -> None:
+        """Put back the recorded files, remove what Hydra and the refused run added (new files under hydra/, a
+        new config.yaml or job log, new empty folders), and the folder itself if it did not exist and is empty."""
+        if not os.path.isdir(self.out_dir):
+            return
+        for rel in ("config.yaml", "__main__.log", *(os.path.join("hydra", f) for f in self._hydra_files())):
+            path = os.path.join(self.out_dir, rel)
+            if rel in self.files:
+                with open(path, "wb") as f:
+                    f.write(self.files[rel])
+            elif os.path.isfile(path):
+                os.remove(path)
+        for name in set(os.listdir(self.out_dir)) - self.before:
+            path = os.path.join(self.out_dir, name)
+            if name == "hydra" or (os.path.isdir(path) and not os.listdir(path)):
+                shutil.rmtree(path)
+        if not self.existed and not os.listdir(self.out_dir):
+            os.rmdir(self.out_dir)
