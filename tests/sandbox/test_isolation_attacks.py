@@ -168,6 +168,21 @@ def test_slot_with_malformed_status_is_replaced_and_the_job_retried(one_slot, mo
     assert _slot(one_slot) is not slot and not slot.alive()
 
 
+def test_slot_that_could_not_empty_itself_is_replaced_after_the_job(one_slot, monkeypatch):
+    slot = _slot(one_slot)
+    real = W.WarmSlot._recv
+
+    def dirty_recv(self, deadline):
+        data = real(self, deadline)
+        return data.replace(b'"clean": true', b'"clean": false') if self is slot and data else data
+
+    monkeypatch.setattr(W.WarmSlot, "_recv", dirty_recv)
+    assert one_slot.check("def f(x):\n    return x\n", IDENTITY, "f").passed  # the job itself stands
+    assert one_slot.warm._all == [] and not slot.alive()  # closed, not returned to the pool
+    assert one_slot.check("def f(x):\n    return x\n", IDENTITY, "f").passed
+    assert _slot(one_slot) is not slot
+
+
 # 2. state across episodes -----------------------------------------------------------------------------
 
 PLACES = ("/dev", "/dev/shm", "/tmp", "/workspace", os.path.expanduser("~"), "/var/tmp", "/run", "/", "/usr")
