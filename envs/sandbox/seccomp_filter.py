@@ -87,9 +87,17 @@ def build_filter():
     for bit in (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    # rlimits of other processes (same uid: the warm slot's pid 1) stay out of reach; glibc's own
-    # getrlimit/setrlimit pass pid 0
-    f.add_rule(sc.ERRNO(errno.EPERM), "prlimit64", sc.Arg(0, sc.NE, 0))
+    # rlimits, priority and scheduling of other processes (same uid: the warm slot's pid 1) stay out of reach;
+    # glibc's getrlimit/setrlimit and nice() pass pid 0
+    for name, arg in (
+        ("prlimit64", 0),
+        ("setpriority", 1),
+        ("ioprio_set", 1),
+        ("sched_setscheduler", 0),
+        ("sched_setparam", 0),
+        ("sched_setattr", 0),
+    ):
+        f.add_rule(sc.ERRNO(errno.EPERM), name, sc.Arg(arg, sc.NE, 0))
     return f
 
 

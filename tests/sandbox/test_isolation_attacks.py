@@ -108,6 +108,15 @@ try:
     out["prlimit"] = "ok"
 except OSError as e:
     out["prlimit"] = e.strerror
+for name, call in (
+    ("nice", lambda: os.setpriority(os.PRIO_PROCESS, 1, 19)),
+    ("sched", lambda: os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))),
+):
+    try:
+        call()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = e.strerror
 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGSTOP):
     try:
         os.kill(1, sig)
@@ -123,7 +132,7 @@ def test_garbage_and_fake_status_on_every_fd_cannot_affect_later_jobs(one_slot):
     out = _report(v)
     assert set(out.get("wrote", [])) <= {3, 4} and "received_on" not in out, out  # only its own pipes
     assert out["stolen"] == [] and out["/proc/1/mem"] != "open" and out["/proc/1/fd"] != "open", out
-    assert out["prlimit"] != "ok", out
+    assert out["prlimit"] != "ok" and out["nice"] != "ok" and out["sched"] != "ok", out
     # the next jobs on the same, still trusted slot get their own results
     exit_3 = "import os\nos._exit(3)\ndef f(x):\n    return x\n"
     for program, passed, code in (("def f(x):\n    return x\n", True, 0), (exit_3, False, 3)):
@@ -252,9 +261,16 @@ def test_filling_dev_fails_cleanly_and_the_slot_serves_on(one_slot):
     assert _slot(one_slot) is slot and slot.alive()
 
 
-def test_cold_commands_see_a_read_only_dev(checker):
-    r = checker.sandbox.run(["/bin/sh", "-c", "echo x > /dev/x || echo refused; echo y > /dev/null && echo ok"])
-    assert r.stdout.split() == ["refused", "ok"], r
+def test_cold_commands_see_a_read_only_dev_and_nosuid_mounts(checker):
+    cmd = "echo x > /dev/x || echo refused; echo y > /dev/null && nice -n 5 echo ok; cat /proc/self/mountinfo"
+    r = checker.sandbox.run(["/bin/sh", "-c", cmd])
+    assert r.stdout.split()[:2] == ["refused", "ok"], r
+    opts = {f[4]: f[5].split(",") for f in (line.split() for line in r.stdout.splitlines()[2:])}
+    assert "ro" in opts["/dev"] and "ro" in opts["/"], opts
+    nodes = {f"/dev/{n}" for n in ("full", "null", "random", "tty", "urandom", "zero")}  # bound device nodes
+    writable = {p for p, o in opts.items() if "rw" in o} - nodes - {"/proc", "/dev/pts"}
+    assert writable == {"/dev/shm", "/tmp", "/workspace"}, opts
+    assert all({"nosuid", "nodev"} <= set(opts[p]) for p in writable), opts
 
 
 # 4 and 5. host-side copies and reads ------------------------------------------------------------------
