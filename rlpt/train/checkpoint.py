@@ -99,6 +99,7 @@ class Checkpointer:
         absl_logger = logging.getLogger("absl")
         if _DISK_FULL_FILTER not in absl_logger.filters:
             absl_logger.addFilter(_DISK_FULL_FILTER)
+        _DISK_FULL_FILTER.failed = False  # a new writer: orbax errors are reported again
         steps = self.manager.all_steps()
         if resume == "never" and steps:
             raise RunFolderError(
