@@ -206,6 +206,7 @@ def execute(
 ) -> ExecResult:
     """Run argv inside a fresh sandbox and wait for it, its deadline, or its output cap."""
     t0 = time.monotonic()
+    mem_before = (0, memory_events(slot)[1])  # spawn() resets failcnt; oom_kill only ever grows
     proc = spawn(
         argv,
         limits=limits,
@@ -216,7 +217,7 @@ def execute(
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
     )
     try:
-        return _wait(proc, slot, limits, stdin, t0)
+        return _wait(proc, slot, limits, stdin, t0, mem_before)
     finally:
         _kill(proc, slot)
         close_pidfd(proc)
@@ -240,7 +241,7 @@ def _write(path: str, value: str) -> None:
         fh.write(value)
 
 
-def _wait(proc, slot, limits: Limits, stdin: bytes, t0: float) -> ExecResult:
+def _wait(proc, slot, limits: Limits, stdin: bytes, t0: float, mem_before: tuple[int, int]) -> ExecResult:
     deadline = t0 + limits.wall_s
     sel = selectors.DefaultSelector()
     bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
@@ -279,7 +280,7 @@ def _wait(proc, slot, limits: Limits, stdin: bytes, t0: float) -> ExecResult:
     rc = proc.returncode
     if killed_for is None and rc is not None and rc > 128:
         sig = rc - 128
-        mem_hit = slot is not None and "memory" in slot.cgroups and _failcnt(slot.cgroups["memory"]) > 0
+        mem_hit = memory_hit(slot, mem_before)
         killed_for = {signal.SIGXCPU: "cpu"}.get(sig, "memory" if mem_hit and sig == 9 else f"signal:{sig}")
     return ExecResult(
         stdout=bytes(bufs[proc.stdout]).decode("utf-8", errors="replace"),
@@ -296,6 +297,26 @@ def _wait(proc, slot, limits: Limits, stdin: bytes, t0: float) -> ExecResult:
 def _failcnt(path: str) -> int:
     with open(os.path.join(path, "memory.failcnt")) as fh:
         return int(fh.read())
+
+
+def memory_events(slot) -> tuple[int, int]:
+    """(limit hits, OOM kills) in the slot's memory cgroup so far, (0, 0) without one; a run hit its memory
+    limit when either grew (some kernels kill in the cgroup without raising failcnt)."""
+    if slot is None or "memory" not in slot.cgroups:
+        return 0, 0
+    path = slot.cgroups["memory"]
+    kills = 0
+    try:
+        with open(os.path.join(path, "memory.oom_control")) as fh:
+            kills = next((int(ln.split()[1]) for ln in fh if ln.startswith("oom_kill ")), 0)
+    except OSError:
+        pass
+    return _failcnt(path), kills
+
+
+def memory_hit(slot, before: tuple[int, int]) -> bool:
+    """Whether memory_events(slot) grew past before."""
+    return any(now > then for now, then in zip(memory_events(slot), before))
 
 
 def _kill(proc, slot) -> None:

@@ -102,6 +102,7 @@ class WarmSlot:
             "nproc": [limits.nproc] * 2,
             "core": [0, 0],
         }
+        mem_before = executor.memory_events(self.slot)
         seq = next(self._seq)
         job = json.dumps({"seq": seq, "timeout_s": limits.wall_s, "rlimits": rl}).encode()
         try:
@@ -159,11 +160,7 @@ class WarmSlot:
         killed_for = status["killed_for"]
         code = status["exit_code"]
         if killed_for is None and code < 0:
-            mem = (
-                self.slot is not None
-                and "memory" in self.slot.cgroups
-                and executor._failcnt(self.slot.cgroups["memory"]) > 0
-            )
+            mem = executor.memory_hit(self.slot, mem_before)
             killed_for = "memory" if mem and code == -9 else ("cpu" if code == -24 else f"signal:{-code}")
         if truncated and killed_for in (None, "signal:13"):  # SIGPIPE: we stopped reading at the cap
             killed_for = "output"

@@ -261,6 +261,28 @@ def test_filling_dev_fails_cleanly_and_the_slot_serves_on(one_slot):
     assert _slot(one_slot) is slot and slot.alive()
 
 
+OOM = """
+for path in ("/tmp/a", "/workspace/a", "/dev/shm/a"):  # tmpfs pages count in the slot's memory cgroup
+    try:
+        with open(path, "wb") as fh:
+            for _ in range(200):
+                fh.write(b"x" * (1 << 20))
+    except OSError:
+        pass
+hog = []
+while True:
+    hog.append(bytearray(32 << 20))
+"""
+
+
+def test_memory_pressure_kills_the_child_not_the_slot(one_slot):
+    slot = _slot(one_slot)
+    v = one_slot.check(_probe(OOM), IDENTITY, "f", timeout_s=20)
+    assert v.details["killed_for"] == "memory" and not v.passed, v.details
+    assert one_slot.check("def f(x):\n    return x\n", IDENTITY, "f").passed
+    assert _slot(one_slot) is slot and slot.alive()
+
+
 def test_cold_commands_see_a_read_only_dev_and_nosuid_mounts(checker):
     cmd = "echo x > /dev/x || echo refused; echo y > /dev/null && nice -n 5 echo ok; cat /proc/self/mountinfo"
     r = checker.sandbox.run(["/bin/sh", "-c", cmd])
