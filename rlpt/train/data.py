@@ -137,30 +137,34 @@ class SFTData:
     def _check_usable(self, probe: int = 64) -> None:
         """Fail before training when a row length leaves no example of a source with a trained token.
 
-        JSONL sources are checked whole, procedural ones on their first `probe` examples. With overlong=drop an
-        example must fit the row; with truncate its first completion token must (after the one-token shift).
+        Examples are checked in stream order until each row length has one usable example (JSONL sources: at
+        most all of them; procedural ones: at most `probe`). With overlong=drop an example must fit the row;
+        with truncate its first completion token must (after the one-token shift).
         """
         lengths = [] if any(start == 0 for start, _ in self.stages) else [("data.seq_len", self.cfg.seq_len)]
         lengths += [(f"data.length_stages (from step {start})", n) for start, n in self.stages]
+        drop = self.cfg.overlong == "drop"
         for name in self.names:
             src = self.sources[name]
             n = len(src) if isinstance(src, list) else min(probe, self.cfg.pool_size)
-            shifted = [shift_example(*self._example(name, j)) for j in range(n)]
-            sizes = [len(inp) for inp, _, _ in shifted]
-            first = [next((i for i, m in enumerate(msk) if m), len(msk)) for _, _, msk in shifted]
-            for key, row_len in lengths:
-                if self.cfg.overlong == "drop":
-                    usable, need = sum(k <= row_len for k in sizes), min(sizes)
-                    why = f"{n - usable} longer than {row_len} tokens would be dropped (data.overlong=drop)"
+            sizes, first, todo = [], [], dict(lengths)
+            for j in range(n):
+                inp, _, msk = shift_example(*self._example(name, j))
+                sizes.append(len(inp))
+                first.append(next((i for i, m in enumerate(msk) if m), len(msk)))
+                todo = {k: L for k, L in todo.items() if not (sizes[-1] <= L if drop else first[-1] < L)}
+                if not todo:
+                    break
+            for key, row_len in todo.items():
+                if drop:
+                    need, why = min(sizes), f"all {n} are longer than {row_len} tokens (data.overlong=drop)"
                 else:
-                    usable, need = sum(f < row_len for f in first), min(first) + 1
-                    why = (f"{n - usable} truncated to {row_len} tokens keep no completion token "
+                    need = min(first) + 1
+                    why = (f"truncated to {row_len} tokens, none of the {n} keeps a completion token "
                            f"(data.overlong=truncate)")
-                if usable == 0:
-                    raise DataError(
-                        f"{key}={row_len} leaves 0 of {n} examples of data.sources.{name} with a token to train on: "
-                        f"{why}; examples are {min(sizes)}-{max(sizes)} tokens; raise it to at least "
-                        f"{need}")
+                raise DataError(
+                    f"{key}={row_len} leaves 0 of {n} examples of data.sources.{name} with a token to train on: "
+                    f"{why}; examples are {min(sizes)}-{max(sizes)} tokens; raise it to at least {need}")
 
     def row_len(self, batch_index: int) -> int:
         """The sequence length of batch `batch_index` under the progressive length curriculum."""

@@ -120,8 +120,8 @@ def test_seq_len_leaving_no_trainable_example_fails_naming_key_and_counts(tmp_pa
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"what is {i}+{i}?", "completion": str(2 * i)}) + "\n"
                             for i in range(96)))
-    for policy, why in (("drop", "96 longer than 4 tokens would be dropped"),
-                        ("truncate", "96 truncated to 4 tokens keep no completion token")):
+    for policy, why in (("drop", "all 96 are longer than 4 tokens"),
+                        ("truncate", "none of the 96 keeps a completion token")):
         cfg = compose(["data=jsonl", f"data.sources.main.path={path}", "data.seq_len=4", f"data.overlong={policy}"])
         with pytest.raises(DataError, match=rf"data.seq_len=4 leaves 0 of 96 examples of data.sources.main .*{why}"):
             SFTData(cfg.data, builtin_tokenizer(), 0)
