@@ -50,6 +50,19 @@ def attack():
             total += 1 << 20
     return True
 """,
+    "dev_fill": """
+def attack():
+    total = 0
+    for path in ("/dev/.kb", "/dev/shm/.kb"):  # /dev is read-only; /dev/shm is a capped private tmpfs
+        try:
+            with open(path, "wb") as fh:
+                while total < (1 << 30):
+                    fh.write(b"\\0" * (1 << 20))
+                    total += 1 << 20
+        except OSError:
+            pass
+    return total > (64 << 20)
+""",
     "huge_output": """
 def attack():
     import sys
