@@ -179,8 +179,12 @@ def _reap() -> None:
 
 
 def _empty(path: str) -> bool:
-    """Delete everything under path; True when it is empty afterwards (else the host replaces the slot)."""
+    """Delete everything under path and reset the folder itself (mode, times, xattrs: all would carry data to
+    the next episode); True when that worked (else the host replaces the slot)."""
     try:
+        os.chmod(path, 0o755)
+        for name in os.listxattr(path):
+            os.removexattr(path, name)
         for root, dirs, _ in os.walk(path):  # first make every folder enterable: chmod 0 must not keep files
             for d in dirs:
                 p = os.path.join(root, d)
@@ -198,7 +202,8 @@ def _empty(path: str) -> bool:
                     os.unlink(p)
                 except OSError:
                     pass
-        return not os.listdir(path)
+        os.utime(path, ns=(0, 0))
+        return not os.listdir(path) and not os.listxattr(path)
     except FileNotFoundError:
         return True
     except OSError:

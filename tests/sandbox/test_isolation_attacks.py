@@ -205,6 +205,14 @@ for d in PLACES + [os.environ.get("HOME", "/workspace")]:
         out.setdefault("wrote", []).append(d)
     except OSError as e:
         out.setdefault("refused", {})[d] = e.strerror
+for d in ("/dev/shm", "/tmp", "/workspace"):  # the folders themselves: xattrs, times and mode carry data too
+    try:
+        os.setxattr(d, "user.kb", mark.encode())
+        os.utime(d, (12345, 67890))
+        os.chmod(d, 0o701)
+        out.setdefault("marked", []).append(d)
+    except OSError as e:
+        out.setdefault("unmarked", {})[d] = e.strerror
 try:
     os.makedirs("/tmp/deep/er", exist_ok=True)
     open("/tmp/deep/er/.kb-" + mark, "w").write(mark)
@@ -223,7 +231,8 @@ for root, dirs, files in os.walk("/"):
         continue
     found += [os.path.join(root, f) for f in files if mark in f]
 out["found"] = found
-out["left"] = {d: os.listdir(d) for d in ("/dev/shm", "/tmp", "/workspace")}
+out["left"] = {d: os.listdir(d) + os.listxattr(d) for d in ("/dev/shm", "/tmp", "/workspace")}
+out["meta"] = sorted({(os.stat(d).st_mtime, oct(os.stat(d).st_mode)) for d in ("/dev/shm", "/tmp", "/workspace")})
 """
 
 
@@ -235,6 +244,7 @@ def test_nothing_written_survives_into_the_next_episode(one_slot):
     assert "/dev" in wrote["refused"] and "/" in wrote["refused"], wrote  # read-only
     seen = _report(one_slot.check(_probe(env + FIND), IDENTITY, "f"))
     assert seen["found"] == [] and seen["left"] == {"/dev/shm": [], "/tmp": [], "/workspace": []}, seen
+    assert wrote["marked"] == ["/dev/shm", "/tmp", "/workspace"] and seen["meta"] == [[0, "0o40755"]], seen
 
 
 FILL = """
