@@ -52,6 +52,8 @@ def test_cfg_job_prints_the_composed_options(name, tmp_path):
 
 
 def test_eval_writes_in_the_hydra_run_folder(tmp_path):
+    proc = _cli("eval", "policy=oracle", "level=2", cwd=tmp_path)  # refused before Hydra makes a run folder
+    assert proc.returncode == 2 and "rlpt.eval: error: level=2.0" in proc.stderr and list(tmp_path.iterdir()) == []
     run = tmp_path / "run"
     proc = _cli("eval", "suite=group:quickstart", "policy=oracle", "per_domain=1", f"hydra.run.dir={run}",
                 cwd=tmp_path)
@@ -97,6 +99,7 @@ def test_flywheel_writes_in_the_hydra_run_folder(tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout.strip().splitlines()[-1])["broken"] == 0
     proc = _cli("flywheel", f"failures={failures}", "tags=[wrong_anser]", cwd=tmp_path)
     assert proc.returncode == 2 and "tags: unknown ['wrong_anser']" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "failures", "run"]  # no run folder for it
 
 
 def test_older_forms_compose_to_the_same_options():

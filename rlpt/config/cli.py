@@ -104,14 +104,45 @@ def options_help(schema) -> str:
 
 def compose(config_name: str, overrides: list[str]):
     """The typed schema object for `python -m rlpt.<config_name> <overrides>` without running Hydra's app (no run
-    folder, so out= defaults stay as the CLI's own). Raises hydra.errors.ConfigCompositionException naming a bad key."""
+    folder, so out= defaults stay as the CLI's own). Raises ValueError naming an unknown key or a wrong type."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
     register_cli_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        return OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            return OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+    except HydraException as err:  # its causes hold the detail: the key's schema, the value's expected type
+        causes, cause = [], err
+        while cause is not None:
+            causes.append(str(cause))
+            cause = cause.__cause__
+        raise ValueError("\n".join(causes)) from err
+
+
+def fail(prog: str, err: Exception) -> None:
+    """A refused value: one line on stderr naming the key, exit status 2 (as `python -m rlpt.train`)."""
+    import sys
+
+    print(f"{prog}: error: {err}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def preflight(prog: str, config_name: str, argv: list[str], check) -> None:
+    """Before Hydra writes a run folder: compose argv's options and exit 2 (fail) if `check(cfg)` raises ValueError.
+    Only for one plain run; typos, --help, --cfg and multirun (-m) are left to Hydra, which reports them itself."""
+    if any(a.startswith("-") for a in argv):
+        return
+    try:
+        cfg = compose(config_name, [a for a in argv if not a.lstrip("+~").startswith(("hydra.", "hydra/"))])
+    except ValueError:
+        return
+    try:
+        check(cfg)
+    except ValueError as err:
+        fail(prog, err)
 
 
 def quote(text: str) -> str:

@@ -9,7 +9,7 @@ import sys
 import hydra
 from omegaconf import OmegaConf
 
-from rlpt.config.cli import CONF_DIR, register_cli_configs, slug
+from rlpt.config.cli import CONF_DIR, fail, preflight, register_cli_configs, slug
 from rlpt.eval.config import EvalConfig, legacy_overrides, parse_args, validate
 
 register_cli_configs()
@@ -121,8 +121,7 @@ def _app(dcfg) -> None:
     try:
         line = run(cfg)
     except (ValueError, KeyError, FileNotFoundError, ImportError) as err:
-        print(f"rlpt.eval: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail("rlpt.eval", err)
     print(json.dumps(line), flush=True)
 
 
@@ -131,4 +130,5 @@ if __name__ == "__main__":
 
     tune_malloc()  # re-exec once with glibc malloc settings XLA:CPU runs faster under (rlpt/runtime.py)
     sys.argv[1:] = legacy_overrides(sys.argv[1:])
+    preflight("rlpt.eval", "eval", sys.argv[1:], validate)  # a refused value leaves no run folder behind
     _app()

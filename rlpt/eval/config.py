@@ -65,23 +65,15 @@ def legacy_overrides(argv: list[str]) -> list[str]:
 def parse_args(argv: list[str]) -> EvalConfig:
     """EvalConfig from the CLI's overrides (['key=value', ...]), composed by Hydra over experiments/conf/eval.yaml
     and validated. Raises ValueError naming the key of an unknown option, a wrong type or a bad value."""
-    from hydra.errors import HydraException
-
     from rlpt.config.cli import compose
 
-    try:
-        cfg = compose("eval", legacy_overrides(argv))
-    except HydraException as err:  # its causes hold the detail: the key's schema, the value's expected type
-        causes, cause = [], err
-        while cause is not None:
-            causes.append(str(cause))
-            cause = cause.__cause__
-        raise ValueError("\n".join(causes)) from err
+    cfg = compose("eval", legacy_overrides(argv))
     validate(cfg)
     return cfg
 
 
 def validate(cfg: EvalConfig) -> None:
+    """Raises ValueError naming the option whose value the CLI refuses."""
     if cfg.policy not in ("model", "oracle", "empty"):
         raise ValueError(f"policy={cfg.policy!r}: expected model, oracle or empty")
     if cfg.policy == "model" and not cfg.checkpoint and not cfg.compare and not cfg.contamination:

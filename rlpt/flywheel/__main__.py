@@ -9,11 +9,20 @@ import sys
 import hydra
 from omegaconf import OmegaConf
 
-from rlpt.config.cli import CONF_DIR, FlywheelCliConfig, compose, register_cli_configs, translate_argv
+from rlpt.config.cli import CONF_DIR, FlywheelCliConfig, compose, fail, preflight, register_cli_configs, translate_argv
 from rlpt.observe.tags import FAILURE_TAGS
 
 register_cli_configs()
 _FLAGS = {"--out": "out", "--neighbours": "neighbours", "--tags": "tags", "--check": "check"}
+
+
+def validate(cfg: FlywheelCliConfig) -> None:
+    """Raises ValueError naming the option whose value the CLI refuses."""
+    if not cfg.failures and not cfg.check:
+        raise ValueError("give failures=<run>/failures (or check=<regression.jsonl>)")
+    unknown = set(cfg.tags) - set(FAILURE_TAGS)
+    if unknown:
+        raise ValueError(f"tags: unknown {sorted(unknown)}; known: {list(FAILURE_TAGS)}")
 
 
 def run(cfg: FlywheelCliConfig) -> int:
@@ -21,19 +30,15 @@ def run(cfg: FlywheelCliConfig) -> int:
     Raises ValueError naming a bad option, FileNotFoundError for a folder without failure records."""
     from rlpt.flywheel.build import build, check_regressions
 
+    validate(cfg)
     if cfg.check:
         result = check_regressions(cfg.check)
         for case in result["broken_cases"]:
             print(f"[regression] {case['task_id']}: {case['why']}: {case['response'][:80]!r}", file=sys.stderr)
         print(json.dumps({"check": cfg.check, "cases": result["cases"], "broken": result["broken"]}))
         return 1 if result["broken"] else 0
-    if not cfg.failures:
-        raise ValueError("give failures=<run>/failures (or check=<regression.jsonl>)")
     if not cfg.out:
         raise ValueError("out=<folder> is needed (the CLI defaults it to its Hydra run folder)")
-    unknown = set(cfg.tags) - set(FAILURE_TAGS)
-    if unknown:
-        raise ValueError(f"tags: unknown {sorted(unknown)}; known: {list(FAILURE_TAGS)}")
     print(json.dumps(build(cfg.failures, cfg.out, neighbours=cfg.neighbours, tags=tuple(cfg.tags))))
     return 0
 
@@ -57,12 +62,12 @@ def _app(dcfg) -> None:
     try:
         code = run(cfg)
     except (ValueError, KeyError, FileNotFoundError) as err:
-        print(f"rlpt.flywheel: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail("rlpt.flywheel", err)
     if code:
         sys.exit(code)
 
 
 if __name__ == "__main__":
     sys.argv[1:] = overrides(sys.argv[1:])
+    preflight("rlpt.flywheel", "flywheel", sys.argv[1:], validate)  # a refused value leaves no run folder behind
     _app()

@@ -7,7 +7,7 @@ import sys
 import hydra
 from omegaconf import OmegaConf
 
-from rlpt.config.cli import CONF_DIR, TasksCliConfig, compose, register_cli_configs, translate_argv
+from rlpt.config.cli import CONF_DIR, TasksCliConfig, compose, fail, register_cli_configs, translate_argv
 from rlpt.tasks.registry import get_domain, list_domains
 
 register_cli_configs()
@@ -39,18 +39,23 @@ def _sample(name: str, tier: int, n: int, seed: int, split: str) -> None:
         print(f"--- gold answer:\n{task.meta['answer']}")
 
 
-def run(cfg: TasksCliConfig) -> int:
-    """Prints what cfg.cmd asks for; raises ValueError naming a bad option."""
+def validate(cfg: TasksCliConfig) -> None:
+    """Raises ValueError naming the option whose value the CLI refuses."""
     if cfg.cmd not in ("list", "sample"):
         raise ValueError(f"cmd={cfg.cmd!r}: expected list or sample")
-    if cfg.cmd == "list":
-        _list(cfg.pattern)
-        return 0
-    if not cfg.domain:
+    if cfg.cmd == "sample" and not cfg.domain:
         raise ValueError("cmd=sample needs domain=<name> (see cmd=list)")
     if cfg.split not in ("train", "eval"):
         raise ValueError(f"split={cfg.split!r}: expected train or eval")
-    _sample(cfg.domain, cfg.tier, cfg.n, cfg.seed, cfg.split)
+
+
+def run(cfg: TasksCliConfig) -> int:
+    """Prints what cfg.cmd asks for; raises ValueError naming a bad option (KeyError for an unknown domain)."""
+    validate(cfg)
+    if cfg.cmd == "list":
+        _list(cfg.pattern)
+    else:
+        _sample(cfg.domain, cfg.tier, cfg.n, cfg.seed, cfg.split)
     return 0
 
 
@@ -70,8 +75,7 @@ def _app(dcfg) -> None:
     try:
         run(OmegaConf.to_object(dcfg))
     except (ValueError, KeyError) as err:
-        print(f"rlpt.tasks: error: {err}", file=sys.stderr)
-        sys.exit(2)
+        fail("rlpt.tasks", err)
 
 
 if __name__ == "__main__":
