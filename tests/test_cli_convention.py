@@ -109,6 +109,8 @@ def test_older_forms_compose_to_the_same_options():
     assert compose("tasks", tasks_overrides(["sample", "arith/add", "--tier", "2", "--n=1"])) == \
         TasksCliConfig(cmd="sample", domain="arith/add", tier=2, n=1)
     assert compose("tasks", tasks_overrides(["list", "rg/*"])) == TasksCliConfig(cmd="list", pattern="rg/*")
+    assert tasks_overrides(["--cfg", "job", "sample", "arith/add"]) == ["--cfg", "job", "cmd='sample'",
+                                                                         "domain='arith/add'"]
     assert compose("flywheel", flywheel_overrides(["f dir", "--out", "o", "--tags", "empty,truncated"])) == \
         FlywheelCliConfig(failures="f dir", out="o", tags=["empty", "truncated"])
     assert compose("flywheel", flywheel_overrides(["--check=r.jsonl"])).check == "r.jsonl"

@@ -61,7 +61,7 @@ def run(cfg: TasksCliConfig) -> int:
 
 def overrides(argv: list[str]) -> list[str]:
     """Hydra overrides from argv, reading the older `list PATTERN` / `sample DOMAIN --tier N ...` forms too."""
-    second = {"list": "pattern", "sample": "domain"}.get(argv[0] if argv else "")
+    second = next(({"list": "pattern", "sample": "domain"}[a] for a in argv if a in ("list", "sample")), None)
     return translate_argv(argv, ["cmd", second] if second else [], _FLAGS)
 
 
