@@ -260,7 +260,7 @@ class PrefConfig:
     rm_margin: float = num(0.0)  # Bradley-Terry margin: -log sigmoid(s_c - s_r - margin)
     rm_center_coef: float = num(0.0, ge=0)
     rm_path: str = ""  # ppo_rlhf: a saved RewardModel folder (empty: train one in the stage first)
-    ppo_steps: int = num(100, ge=1)
+    ppo_steps: int = num(100, ge=0)  # 0: a no-update control (docs/preference.md)
     ppo_lr: float = num(5.0e-5, gt=0)
     ppo_epochs: int = num(1, ge=1)
     rm_weight: float = num(1.0)  # reward = rm_weight * RM score + verifier_weight * verifier score - KL
