@@ -288,7 +288,7 @@ def _verdict(g: dict, res):
         flags.append("test_count_mismatch")
     flags = sorted(set(flags))
     hacking = [f for f in flags if not f.startswith("killed_")]
-    passed = g["passed"] and count_ok and not hacking and not killed
+    passed = g["passed"] and count_ok and not hacking
     details = {
         "flags": flags,
         "hacking_suspected": bool(hacking),
