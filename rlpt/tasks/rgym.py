@@ -243,6 +243,12 @@ def _gold(item: dict) -> str | None:
 
 
 def _score(name: str, level, answer: str, entry: dict) -> tuple[float, str | None]:
+    from rlpt.tasks.rgym_fixes import ANSWER_FORMATS, STRICT_SCORES
+
+    if name in ANSWER_FORMATS and not ANSWER_FORMATS[name].fullmatch(answer):
+        return 0.0, "answer is not in the format the question asks for"
+    if name in STRICT_SCORES:
+        return STRICT_SCORES[name](answer, entry), None
     if name in _LIST_EVAL and re.search(r"[()*@]", answer):
         return 0.0, "answer holds ( ) * or @, which this scorer would evaluate"
     if name in _SYMPY_EVAL:

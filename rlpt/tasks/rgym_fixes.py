@@ -1,6 +1,7 @@
 """reasoning-gym generators mended: exact, bounded re-implementations of item generators whose cost has no
-upper bound, generators made independent of the hash seed, and filters for degenerate items that would make a
-tier easier than the one below it.
+upper bound, generators made independent of the hash seed, filters for degenerate items that would make a
+tier easier than the one below it, answer formats for scorers that read an answer out of any text, and strict
+scorers in place of ones that pay full marks for a degenerate answer.
 
 The bounded subclass yields the very items of the library's class (same random draws, same dict) but stops work
 whose result the library throws away anyway; tests/tasks/test_generation.py compares them item by item. The
@@ -9,6 +10,8 @@ changed with PYTHONHASHSEED from one process to the next): the same distribution
 alone (tests/tasks/test_hash_seed.py).
 """
 
+import re
+from fractions import Fraction
 from random import Random
 
 import sympy
@@ -128,3 +131,29 @@ REPLACEMENTS = {DATASET_NAME: BoundedNumberSequenceDataset, "isomorphic_strings"
                 "polynomial_multiplication": SeededPolynomialMultiplicationDataset}
 # reasoning-gym dataset name -> item -> why the item is rejected (re-drawn), or None to keep it.
 ITEM_FILTERS = {DATASET_NAME: settled_sequence}
+# reasoning-gym dataset name -> the pattern a whole answer must match before the library's scorer reads it.
+# quantum_lock's scorer presses every A, B or C found anywhere in the text: '<call></call>' pressed C A C A,
+# which reached the target of a level-9 item in as many presses as the gold and scored 1.0.
+ANSWER_FORMATS = {"quantum_lock": re.compile(r"[A-Ca-c](?:\s*(?:→|->|,)?\s*[A-Ca-c])*")}
+
+_PROBABILITY = re.compile(r"\s*-?\d{1,30}(?:\.\d{1,30})?(?:[eE][-+]?\d{1,3})?(?:\s*/\s*\d{1,30})?\s*")
+
+
+def exact_probability(answer: str, entry: dict) -> float:
+    """coin_flip's score without its free passes. The library pays match_len / min(len) for a common digit
+    prefix, so '0' scored 1.0 on every item (all its probabilities are below 1), and its absolute tolerance
+    of 1e-4 alone also passes '0' for the tiny probabilities of many flips. 1.0 within 1e-4 and within 1% of
+    the oracle, else 0. Plain decimals and fractions only: Fraction('1e99999999') would not return."""
+    text = answer.replace(",", "")
+    if not _PROBABILITY.fullmatch(text):
+        return 0.0
+    try:
+        got, want = Fraction(text.replace(" ", "")), Fraction(entry["answer"].replace(",", ""))
+    except (ValueError, ZeroDivisionError):
+        return 0.0
+    error = abs(got - want)
+    return 1.0 if error <= Fraction(1, 10_000) and error <= abs(want) / 100 else 0.0
+
+
+# reasoning-gym dataset name -> score(answer, entry) used instead of the library's scorer.
+STRICT_SCORES = {"coin_flip": exact_probability}

@@ -98,14 +98,15 @@ def json_schema_fields(task, response: str) -> Verdict:
     except jsonschema.ValidationError as err:
         return Verdict(0.0, False, {"error": f"schema: {err.message[:200]}", "process": 0.0})
     want = json.loads(task.meta["answer"])
-    pairs = list(zip(want, value)) if isinstance(want, list) else [(want, value)]
-    fields = [_same(a[k], b[k]) for a, b in pairs for k in a]
-    ok = len(value if isinstance(want, list) else [value]) == len(pairs) and all(fields)
+    wants, gots = (want, value) if isinstance(want, list) else ([want], [value])
+    fields = [_same(a[k], b[k]) for a, b in zip(wants, gots) for k in a]
+    # Count the fields of every record wanted or given: a missing or extra record is wrong fields (zip alone
+    # stopped at the shorter list, so `[]` matched every list task).
+    n_fields = len(wants[0]) * max(len(wants), len(gots))
+    ok = len(gots) == len(wants) and sum(fields) == n_fields
     # Valid structure earns process credit in proportion to matching fields.
     return Verdict(
-        float(ok),
-        ok,
-        {"fields_correct": sum(fields), "fields": len(fields), "process": sum(fields) / max(len(fields), 1)},
+        float(ok), ok, {"fields_correct": sum(fields), "fields": n_fields, "process": sum(fields) / n_fields}
     )
 
 
