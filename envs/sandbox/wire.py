@@ -22,6 +22,10 @@ class WireError(ValueError):
     """A value that may not cross the channel, or a malformed frame."""
 
 
+class TruncatedFrame(WireError):
+    """The stream ended inside a frame: the writer died mid-message (a kill at a limit does that)."""
+
+
 def encode(x, depth: int = 0):
     """Plain value -> JSON-able tagged tree."""
     if depth > MAX_DEPTH:
@@ -163,7 +167,7 @@ def recv(fd: int) -> dict | None:
         raise WireError(f"frame of {n} bytes exceeds {MAX_FRAME}")
     body = _read_exact(fd, n)
     if body is None:
-        raise WireError("stream ended inside a frame")
+        raise TruncatedFrame("stream ended inside a frame")
     try:
         msg = json.loads(body, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:  # garbage, or nesting past the parser's recursion limit
@@ -184,7 +188,7 @@ def _read_exact(fd: int, n: int) -> bytes | None:
         if not chunk:
             if got == 0:
                 return None
-            raise WireError("stream ended inside a frame")
+            raise TruncatedFrame("stream ended inside a frame")
         parts.append(chunk)
         got += len(chunk)
     return b"".join(parts)
