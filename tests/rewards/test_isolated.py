@@ -153,3 +153,35 @@ def test_script_without_main_guard(tmp_path):
         proc = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.split("\n")[:2] == ["algebra/linear 1.0 0.0", "rg/countdown 1.0 0.0"], proc.stdout
+
+
+def crash_check(*args):
+    os._exit(1)
+
+
+def hang_check(*args):
+    time.sleep(60)
+
+
+def test_crashed_or_hung_check_scores_zero_with_the_reason(monkeypatch):
+    """A check whose worker dies or hangs is a failed answer with the reason in details, never an exception."""
+    from rlpt.rewards import mathcheck
+    from rlpt.tasks import rgym
+
+    _importable()
+    algebra = get_domain("algebra/linear")
+    task = algebra.generate(0, 1)
+    monkeypatch.setattr(mathcheck, "_worker_check", crash_check)
+    verdict = algebra.verify(task, task.meta["answer"])
+    assert verdict.score == 0.0 and "worker died" in verdict.details["method"], verdict.details
+
+    countdown = get_domain("rg/countdown")
+    task = countdown.generate(0, 1)
+    monkeypatch.setattr(rgym, "_score_in_worker", hang_check)
+    monkeypatch.setattr(rgym, "SCORE_TIMEOUT_S", 0.5)
+    verdict = countdown.verify(task, task.meta["answer"])
+    assert verdict.score == 0.0 and "timeout" in verdict.details["why"], verdict.details
+
+    monkeypatch.undo()  # the pool has recovered: both check again
+    assert algebra.verify(algebra.generate(0, 1), algebra.generate(0, 1).meta["answer"]).score == 1.0
+    assert countdown.verify(task, task.meta["answer"]).score == 1.0
