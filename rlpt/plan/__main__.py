@@ -1,0 +1,68 @@
+"""`python -m rlpt.plan`: compose the plan config (experiments/conf/plan.yaml), rehearse, report; exit 1 when a
+program does not fit or leaves a large buffer replicated, 2 on a bad target."""
+import logging
+import os
+import re
+import sys
+
+import hydra
+from omegaconf import OmegaConf
+
+from rlpt.config.plan_schema import register_plan_configs
+
+CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf")
+register_plan_configs()
+
+
+def _fake_cpu_devices() -> None:
+    """target=cpu:N needs N host devices, which XLA reads from its flags when JAX starts: set them first."""
+    for arg in sys.argv[1:]:
+        m = re.fullmatch(r"target=cpu:(\d+)", arg)
+        if m:
+            flag = f"--xla_force_host_platform_device_count={m.group(1)}"
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@hydra.main(config_path=CONF_DIR, config_name="plan", version_base="1.3")
+def main(dcfg) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlpt.plan.chips import TargetError
+    from rlpt.plan.rehearse import rehearse
+    from rlpt.plan.report import gib, last_line, markdown, write
+
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    cfg = OmegaConf.to_object(dcfg)
+    try:
+        summary = rehearse(cfg)
+    except TargetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    command = "python -m rlpt.plan " + " ".join(HydraConfig.get().overrides.task)
+    print(markdown(summary, command))
+    if cfg.plan.write:
+        model = HydraConfig.get().runtime.choices.get("model", cfg.model.family)
+        name = f"{model}_{cfg.stage}_{cfg.target.replace(':', '-')}"
+        js, md = write(summary, cfg.plan.out_dir, name, command)
+        print(f"wrote {js} and {md}")
+    ok = summary["fits"] and summary["sharding_ok"]
+    if not summary["fits"]:
+        for p in summary["programs"]:
+            if not p["fits"]:
+                big = ", ".join(f"{b['name']} {gib(b['bytes'])}" for b in p["largest_inputs"][:3])
+                vals = ", ".join(f"{v['shape']} {gib(v['bytes'])}" for v in p["largest_values"][:3])
+                print(f"DOES NOT FIT: {p['program']} needs {gib(p['hbm_per_device_bytes'])} per device of "
+                      f"{gib(summary['hbm_capacity_bytes'])}; largest inputs: {big}; largest values: {vals}",
+                      file=sys.stderr)
+    if not summary["sharding_ok"]:
+        print("REPLICATED: " + "; ".join(f"{p['program']}: {r['name']} on {r['axis']!r}" for p in summary["programs"]
+                                         for r in p["replicated"]), file=sys.stderr)
+    print(last_line(summary), flush=True)
+    if not ok:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    _fake_cpu_devices()
+    main()

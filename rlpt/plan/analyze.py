@@ -1,0 +1,274 @@
+"""What a compiled program says about itself: per-device memory, FLOPs, collectives in its HLO (with their bytes,
+counted as often as the loops around them run), the largest buffers, and replicated inputs that could be split."""
+import math
+import re
+from collections import defaultdict
+
+import jax
+import numpy as np
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+               "collective-broadcast")
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+                "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "s4": 1, "u4": 1}
+_SHAPE = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
+_COMP = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
+_INSTR = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*?) ([a-z][\w\-]*)\(")
+
+
+def memory(compiled) -> dict:
+    """Per-device bytes: arguments, outputs, temporaries, aliased (donated inputs reused as outputs), code, total."""
+    m = compiled.memory_analysis()
+    out = {"arguments": int(m.argument_size_in_bytes), "outputs": int(m.output_size_in_bytes),
+           "temporaries": int(m.temp_size_in_bytes), "aliased": int(m.alias_size_in_bytes),
+           "code": int(m.generated_code_size_in_bytes)}
+    out["total"] = out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"] + out["code"]
+    return out
+
+
+def cost(compiled) -> dict:
+    """Per-device FLOPs and bytes accessed from XLA's cost analysis."""
+    c = compiled.cost_analysis()
+    c = c[0] if isinstance(c, (list, tuple)) else c
+    return {"flops": float(c.get("flops", 0.0)), "bytes_accessed": float(c.get("bytes accessed", 0.0)),
+            "transcendentals": float(c.get("transcendentals", 0.0))}
+
+
+def shape_bytes(text: str) -> int:
+    """Bytes of every array shape in an HLO type string (a tuple counts all its parts)."""
+    total = 0
+    for dtype, dims in _SHAPE.findall(text):
+        if dtype in _DTYPE_BYTES:
+            total += _DTYPE_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+    return total
+
+
+def _computations(hlo: str) -> dict[str, list[str]]:
+    comps, name = {}, None
+    for line in hlo.splitlines():
+        if name is None:
+            m = _COMP.match(line)
+            if m and "->" in line:
+                name = "ENTRY" if line.startswith("ENTRY") else m.group(1)
+                comps[name] = []
+        elif line.strip() == "}":
+            name = None
+        else:
+            comps[name].append(line)
+    return comps
+
+
+def _trip_count(line: str, cond: list[str]) -> int:
+    """A while loop's trip count: XLA's known_trip_count, else the one integer constant its condition compares
+    the counter with (lax.scan and fori_loop count from 0 by 1); 1 when neither says (a data-dependent loop)."""
+    known = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+    if known:
+        return int(known.group(1))
+    consts = {int(c) for text in cond for c in re.findall(r"[su]32\[\]\S* constant\((\d+)\)", text)}
+    return consts.pop() if len(consts) == 1 and any("compare(" in t for t in cond) else 1
+
+
+def _multiplicity(comps: dict[str, list[str]]) -> dict[str, float]:
+    """How often each computation runs per call: while bodies x their known trip count (1 when unknown),
+    called / conditional branches as often as their caller."""
+    calls = defaultdict(list)  # caller -> [(callee, times)]
+    for name, lines in comps.items():
+        for line in lines:
+            body = re.search(r"\bbody=%?([\w.\-]+)", line)
+            if body:
+                cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
+                cond_lines = list(comps.get(cond.group(1), [])) if cond else []
+                for callee in re.findall(r"\bcalls=%?([\w.\-]+)", "\n".join(cond_lines)):
+                    cond_lines += comps.get(callee, [])
+                calls[name].append((body.group(1), _trip_count(line, cond_lines)))
+            for key in ("to_apply", "calls", "true_computation", "false_computation"):
+                for callee in re.findall(rf"\b{key}=%?([\w.\-]+)", line):
+                    calls[name].append((callee, 1))
+            branches = re.search(r"branch_computations=\{([^}]*)\}", line)
+            if branches:
+                calls[name] += [(b.strip().lstrip("%"), 1) for b in branches.group(1).split(",")]
+    mult = defaultdict(float)
+
+    def visit(name, times, depth=0):
+        if depth > 50:
+            return
+        mult[name] += times
+        for callee, k in calls.get(name, ()):
+            visit(callee, times * k, depth + 1)
+
+    visit("ENTRY", 1.0)
+    return mult
+
+
+def collectives(hlo: str) -> list[dict]:
+    """Collectives per kind: ops in the HLO, executions per call (loops counted) and bytes moved per call
+    (each op's result size per device, times its executions)."""
+    comps = _computations(hlo)
+    mult = _multiplicity(comps)
+    agg = {}
+    for name, lines in comps.items():
+        for line in lines:
+            m = _INSTR.match(line)
+            if not m:
+                continue
+            kind = m.group(3).removesuffix("-start")
+            if kind not in COLLECTIVES or m.group(3).endswith("-done"):
+                continue
+            k = mult.get(name, 0.0) or 1.0
+            row = agg.setdefault(kind, {"kind": kind, "ops": 0, "executions": 0.0, "bytes": 0.0})
+            size = shape_bytes(m.group(2))
+            if m.group(3).endswith("-start") and kind in ("all-gather", "all-reduce", "collective-permute"):
+                size //= 2  # an async start returns (operand, result): count the result only (approximately)
+            row["ops"] += 1
+            row["executions"] += k
+            row["bytes"] += size * k
+    return sorted(agg.values(), key=lambda r: -r["bytes"])
+
+
+def _dims(type_text: str) -> list[int] | None:
+    m = _SHAPE.search(type_text)
+    return [int(d) for d in m.group(2).split(",") if d] if m else None
+
+
+def _window(line: str, key: str, n: int, default: int) -> list[int]:
+    m = re.search(rf"\b{key}=([0-9x]+)", line)
+    return [int(v) for v in m.group(1).split("x")] if m else [default] * n
+
+
+def _taps(n: int, k: int, lo: int, stride: int, dilate: int, out: int) -> int:
+    """Window taps over one spatial dimension that land on real input (not padding, not a dilation hole), summed
+    over the output positions. XLA:TPU writes batched matmuls as convolutions whose 'spatial' dimension is a batch
+    axis padded around a size-1 input, so window size x output size would overcount them."""
+    if out * k > 4_000_000:
+        return out * min(k, n)
+    p = np.arange(out)[:, None] * stride + np.arange(k)[None, :] - lo
+    ok = (p >= 0) & (p <= (n - 1) * dilate) & (p % dilate == 0)
+    return int(ok.sum())
+
+
+def _matmul_flops(line: str, op: str, result: str, shapes: dict[str, list[int]]) -> float:
+    """2 x multiply-adds of one dot or convolution (XLA:TPU writes matmuls as convolutions)."""
+    out = _dims(result)
+    args = re.search(rf"{op}\(([^)]*)\)", line)
+    if out is None or args is None:
+        return 0.0
+    lhs = shapes.get(args.group(1).split(",")[0].strip().split(" ")[-1].lstrip("%"))
+    if lhs is None:
+        return 0.0
+    if op == "dot":
+        m = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", line)
+        contracted = math.prod(lhs[int(i)] for i in m.group(1).split(",") if i) if m else 1
+        return 2.0 * math.prod(out) * contracted
+    labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", line)
+    if labels is None or len(labels.group(1)) != len(lhs) or len(labels.group(3)) != len(out):
+        return 0.0
+    lhs_l, out_l = labels.group(1), labels.group(3)
+    spatial = sorted(c for c in lhs_l if c.isdigit())
+    n = len(spatial)
+    size, stride, ldil = _window(line, "size", n, 1), _window(line, "stride", n, 1), _window(line, "lhs_dilate", n, 1)
+    pad = re.search(r"\bpad=([0-9_x\-]+)", line)
+    lows = [int(p.split("_")[0]) for p in pad.group(1).split("x")] if pad else [0] * n
+    macs = math.prod(out) * lhs[lhs_l.index("f")]
+    for i, c in enumerate(spatial):
+        o = out[out_l.index(c)]
+        macs = macs / o * _taps(lhs[lhs_l.index(c)], size[i], lows[i], stride[i], ldil[i], o)
+    groups = re.search(r"feature_group_count=(\d+)", line)
+    return 2.0 * macs / (int(groups.group(1)) if groups else 1)
+
+
+def matmul_flops(hlo: str) -> tuple[float, float]:
+    """(matmul FLOPs per call with every loop's trip count applied, the same counting each loop body once).
+
+    XLA's cost analysis counts a while loop's body once: a train step that scans its layers reports about one
+    layer's worth. The HLO's dots and convolutions, each times how often its computation runs, give the real count.
+    """
+    comps = _computations(hlo)
+    mult = _multiplicity(comps)
+    looped = once = 0.0
+    for name, lines in comps.items():
+        shapes = {}
+        for line in lines:
+            m = _INSTR.match(line)
+            if not m:
+                continue
+            shapes[m.group(1)] = _dims(m.group(2)) or []
+            if m.group(3) in ("dot", "convolution") and not m.group(2).startswith("("):
+                f = _matmul_flops(line, m.group(3), m.group(2), shapes)
+                looped += f * (mult.get(name, 0.0) or 1.0)
+                once += f
+    return looped, once
+
+
+def largest_values(hlo: str, n: int) -> list[dict]:
+    """The n largest per-device values the HLO computes (instruction results; parameters and views excluded):
+    what the temporaries are made of."""
+    skip = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "while", "conditional", "call",
+            "opt-barrier", "copy-done", "copy-start"}
+    seen = []
+    for line in hlo.splitlines():
+        m = _INSTR.match(line)
+        if not m or m.group(3) in skip or m.group(2).startswith("("):
+            continue
+        seen.append((shape_bytes(m.group(2)), m.group(2).split("{")[0], m.group(3), m.group(1)))
+    seen.sort(key=lambda r: -r[0])
+    out, shapes = [], set()
+    for size, shape, op, name in seen:
+        if (shape, op) in shapes:
+            continue
+        shapes.add((shape, op))
+        out.append({"bytes": size, "shape": shape, "op": op, "name": name})
+        if len(out) == n:
+            break
+    return out
+
+
+def per_device_bytes(x) -> int:
+    shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) is not None else x.shape
+    return int(np.prod(shape)) * np.dtype(x.dtype).itemsize
+
+
+def named_leaves(tree, prefix: str = "") -> list[tuple[str, object]]:
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return [(prefix + jax.tree_util.keystr(path), leaf) for path, leaf in flat if hasattr(leaf, "shape")]
+
+
+def largest_inputs(named: list[tuple[str, object]], n: int) -> list[dict]:
+    rows = [{"name": k, "bytes": per_device_bytes(x), "shape": list(x.shape), "dtype": str(x.dtype),
+             "spec": str(x.sharding.spec) if hasattr(x.sharding, "spec") else str(x.sharding)} for k, x in named]
+    return sorted(rows, key=lambda r: -r["bytes"])[:n]
+
+
+def replicated_buffers(named: list[tuple[str, object]], mesh, threshold_bytes: int, ignore=()) -> list[dict]:
+    """Buffers of at least threshold_bytes per device that are whole on a mesh axis (size > 1) although one of
+    their dimensions could be split over it (divisible by the axis size times its current split).
+
+    An FSDP or tensor axis that leaves a large parameter, moment or cache replicated multiplies its memory by the
+    axis size; this names each such buffer and axis."""
+    bad = []
+    for name, x in named:
+        sharding = getattr(x, "sharding", None)
+        if sharding is None or not hasattr(sharding, "spec") or per_device_bytes(x) < threshold_bytes:
+            continue
+        spec = tuple(sharding.spec) + (None,) * (len(x.shape) - len(sharding.spec))
+        used, split = set(), []
+        for entry in spec:
+            axes = () if entry is None else ((entry,) if isinstance(entry, str) else tuple(entry))
+            used.update(axes)
+            split.append(math.prod(mesh.shape[a] for a in axes))
+        for axis, size in mesh.shape.items():
+            if size == 1 or axis in used or axis in ignore:
+                continue
+            dims = [i for i, d in enumerate(x.shape) if d % (split[i] * size) == 0 and d // split[i] >= size]
+            if dims:
+                bad.append({"name": name, "axis": axis, "axis_size": size, "bytes": per_device_bytes(x),
+                            "shape": list(x.shape), "spec": str(sharding.spec), "splittable_dims": dims})
+    return sorted(bad, key=lambda r: -r["bytes"])
+
+
+def assert_sharded(named, mesh, threshold_bytes: int, ignore=()) -> None:
+    """Raise AssertionError naming every buffer `replicated_buffers` finds (a rehearsal's sharding check)."""
+    bad = replicated_buffers(named, mesh, threshold_bytes, ignore)
+    if bad:
+        lines = [f"  {b['name']} {b['shape']} spec={b['spec']}: {b['bytes'] / 2**20:.1f} MiB per device, whole on "
+                 f"mesh axis {b['axis']!r} ({b['axis_size']}) though dims {b['splittable_dims']} divide" for b in bad]
+        raise AssertionError("replicated buffers above the threshold:\n" + "\n".join(lines))

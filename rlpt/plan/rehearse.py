@@ -1,0 +1,123 @@
+"""The rehearsal: compile a stage's programs for a target, read what the compiler says, judge fit and sharding."""
+import dataclasses
+import logging
+import time
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from rlpt.parallel import axis_rules, make_mesh
+from rlpt.plan import analyze
+from rlpt.plan.chips import parse_target, target_devices
+from rlpt.plan.programs import (
+    Program,
+    compiling_for,
+    decode_state,
+    sampler_programs,
+    sds,
+    train_program,
+    with_shardings,
+)
+
+log = logging.getLogger(__name__)
+
+
+def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
+    """Lower and compile one program; its memory, cost, collectives, largest buffers and replicated buffers."""
+    t0 = time.time()
+    compiled = prog.fn.lower(*prog.args, **prog.kwargs).compile()
+    compile_s = time.time() - t0
+    mem, cost = analyze.memory(compiled), analyze.cost(compiled)
+    hlo = compiled.as_text()
+    resident = analyze.named_leaves(prog.resident, "resident")
+    resident_bytes = sum(analyze.per_device_bytes(x) for _, x in resident)
+    total = mem["total"] + resident_bytes
+    n, plan = ctx["devices"], ctx["plan"]
+    outputs = with_shardings(compiled.out_info, compiled.output_shardings)
+    named = analyze.named_leaves(prog.args, "in") + analyze.named_leaves(outputs, "out")
+    replicated = analyze.replicated_buffers(named, ctx["mesh"], int(plan.replication_mb * 2**20),
+                                            tuple(plan.replication_ignore)) if plan.replication_mb > 0 else []
+    # XLA's cost analysis counts a loop body once (a layer scan: one layer): FLOPs are the HLO's matmuls (dots and
+    # convolutions, which are nearly all of a step's FLOPs), each times the trips of the loops around it.
+    per_device, _ = analyze.matmul_flops(hlo)
+    flops = per_device * n
+    res = {
+        "program": prog.name, "compile_s": round(compile_s, 2),
+        "memory": mem | {"resident": resident_bytes, "total_with_resident": total},
+        "hbm_per_device_bytes": total, "fits": total <= plan.usable_fraction * ctx["capacity"],
+        "headroom_bytes": int(plan.usable_fraction * ctx["capacity"]) - total,
+        "flops_per_device": per_device, "flops": flops, "xla_cost_flops_per_device": cost["flops"],
+        "analytic_flops": prog.flops,
+        "flops_vs_analytic": flops / prog.flops if prog.flops else None, "analytic_formula": prog.flops_formula,
+        "bytes_accessed_per_device": cost["bytes_accessed"],
+        "step_s_at_peak": per_device / ctx["peak"],
+        "step_s_at_hbm_bandwidth": cost["bytes_accessed"] / ctx["bw"],
+        "collectives": analyze.collectives(hlo),
+        "largest_inputs": analyze.largest_inputs(named[:len(analyze.named_leaves(prog.args))] + resident,
+                                                 plan.top_buffers),
+        "largest_values": analyze.largest_values(hlo, plan.top_buffers),
+        "replicated": replicated,
+    }
+    return res, compiled
+
+
+def rehearse(cfg) -> dict:
+    """Compile cfg.stage's train step (and with cfg.plan.sampler the sampler's prefill and decode loop) for
+    cfg.target on cfg.mesh; returns the summary dict (`fits`, per-program results, advice)."""
+    t0 = time.time()
+    target = parse_target(cfg.target)
+    devices = target_devices(target)
+    mesh = make_mesh(cfg.mesh, devices)
+    per_chip = max(1, len(devices) // target.chips)  # v4's topology has one device per TensorCore
+    ctx = {"devices": len(devices), "mesh": mesh, "plan": cfg.plan, "capacity": target.chip.hbm_bytes // per_chip,
+           "peak": target.chip.peak_flops / per_chip, "bw": target.chip.hbm_bw / per_chip}
+    model_cfg = cfg.model
+    programs = []
+    # Programs are built outside the mesh context (optax evaluates init eagerly for the state's shardings, and
+    # nothing may run on a topology's devices); they are lowered and compiled inside it.
+    with compiling_for(target.kind), axis_rules(cfg.mesh.rules):
+        train = train_program(cfg, model_cfg, mesh, target.kind)
+        with jax.set_mesh(mesh):
+            res, _ = compile_program(train, ctx)
+        programs.append(res)
+        if cfg.plan.sampler:
+            state = train.args[0]
+            # Alive while sampling: the train state beside the policy's parameters (the sampler reads those).
+            keep = dataclasses.replace(state, params={}) if cfg.lora.rank == 0 else state
+            prefill, decode = sampler_programs(cfg, model_cfg, mesh, keep)
+            if cfg.plan.prefill:  # the decode loop takes the state as prefill leaves it
+                with jax.set_mesh(mesh):
+                    res, compiled = compile_program(prefill, ctx)
+                programs.append(res)
+                state = with_shardings(compiled.out_info, compiled.output_shardings)
+            else:
+                state = decode_state(prefill, mesh)
+            scalar = sds((), jnp.int32, NamedSharding(mesh, P()))
+            decode.args = (prefill.args[0], state, scalar, scalar)
+            with jax.set_mesh(mesh):
+                res, _ = compile_program(decode, ctx)
+            programs.append(res)
+    main = programs[0]
+    summary = {
+        "fits": all(p["fits"] for p in programs),
+        "sharding_ok": not any(p["replicated"] for p in programs),
+        "hbm_per_device_bytes": max(p["hbm_per_device_bytes"] for p in programs),
+        "hbm_capacity_bytes": ctx["capacity"],
+        "usable_fraction": cfg.plan.usable_fraction,
+        "flops_per_step": main["flops"],
+        "step_s_at_peak": main["step_s_at_peak"],
+        "target": target.spec, "topology": target.topology, "chip": target.chip.name, "chip_source": target.chip.source,
+        "devices": len(devices), "mesh": dict(mesh.shape), "stage": cfg.stage,
+        "model": {"family": model_cfg.family, "params": model_cfg.num_params(), "layers": model_cfg.num_layers,
+                  "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
+                  "param_dtype": model_cfg.param_dtype, "compute_dtype": model_cfg.compute_dtype,
+                  "remat": model_cfg.remat},
+        "programs": programs,
+        "wall_s": round(time.time() - t0, 1),
+    }
+    from rlpt.plan.report import advice
+
+    summary["advice"] = advice(cfg, summary)
+    return summary
