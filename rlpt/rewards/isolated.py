@@ -28,23 +28,34 @@ MAX_ERROR_CHARS = 500
 
 def read_message(fd: int):
     """One pickled message from fd; None at end of stream (the other side closed its end)."""
+    payload = read_payload(fd)
+    return None if payload is None else pickle.loads(payload)
+
+
+def read_payload(fd: int) -> bytes | None:
+    """The bytes of one message from fd, not yet unpickled; None at end of stream."""
     header = _read_exact(fd, HEADER.size)
     if header is None:
         return None
     (size,) = HEADER.unpack(header)
     if size > MAX_MESSAGE_BYTES:
         raise ValueError(f"message of {size} bytes exceeds {MAX_MESSAGE_BYTES}")
-    payload = _read_exact(fd, size)
-    if payload is None:
-        return None
-    return pickle.loads(payload)
+    return _read_exact(fd, size)
+
+
+def encode(message) -> bytes:
+    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(payload)) + payload
 
 
 def write_message(fd: int, message) -> None:
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    data = memoryview(HEADER.pack(len(payload)) + payload)
-    while data:
-        data = data[os.write(fd, data) :]
+    write_bytes(fd, encode(message))
+
+
+def write_bytes(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -66,6 +77,10 @@ class WorkerLost(Exception):
     """The worker stopped answering (timed out, died, or its pipe broke); it has been killed."""
 
 
+class WorkerGone(WorkerLost):
+    """The worker was dead before it took the check (the check never ran)."""
+
+
 class Worker:
     """One worker process and its pipes; used by one thread at a time."""
 
@@ -85,28 +100,33 @@ class Worker:
         )
         self.requests, self.replies = self.proc.stdin.fileno(), self.proc.stdout.fileno()
 
-    def _send(self, message) -> None:
-        try:
-            write_message(self.requests, message)
-        except OSError as err:  # BrokenPipeError: it died between checks
-            raise WorkerLost(self._death(f"pipe broke ({err})")) from None
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
-    def call(self, fn, args: tuple, timeout_s: float):
-        """(ok, value) from the worker; raises WorkerLost after timeout_s or if the worker dies."""
-        path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
-        self._send((path, fn.__module__, fn.__qualname__, args))
-        ready, _, _ = select.select([self.replies], [], [], max(timeout_s, 0.0))
-        if not ready:
+    def call(self, request: bytes, timeout_s: float):
+        """(ok, value) from the worker for an encoded request; raises WorkerLost after timeout_s or if the
+        worker dies (WorkerGone if it was dead before the request reached it)."""
+        try:
+            write_bytes(self.requests, request)
+        except OSError as err:  # BrokenPipeError: it died between checks
+            raise WorkerGone(self._death(f"pipe broke ({err})")) from None
+        # poll, not select: select fails on descriptors above 1023, which a busy caller may hand out.
+        poller = select.poll()
+        poller.register(self.replies, select.POLLIN)
+        if not poller.poll(max(timeout_s, 0.0) * 1000):
             self.kill()
             raise WorkerLost(f"timeout after {timeout_s:g} s")
         # The reply (or EOF) has started arriving; a half-written reply means the worker died mid-write.
         try:
-            reply = read_message(self.replies)
-        except (OSError, EOFError, ValueError) as err:
+            payload = read_payload(self.replies)
+        except (OSError, ValueError) as err:
             raise WorkerLost(self._death(f"bad reply ({describe(err)})")) from None
-        if reply is None:
+        if payload is None:
             raise WorkerLost(self._death("closed its pipe"))
-        return reply
+        try:
+            return pickle.loads(payload)
+        except Exception as err:  # e.g. a result whose class this process cannot import; the worker is fine
+            return False, f"reply not readable here: {describe(err)}"
 
     def _death(self, what: str) -> str:
         self.kill()
@@ -192,33 +212,42 @@ def run_isolated(fn, *args, timeout_s: float):
     timeout_s, that its worker died (the worker is then replaced), or which exception fn raised.
 
     fn must be a module-level function of an importable module (not `__main__`, a lambda or a closure):
-    the worker imports it by name. The timeout counts from when a worker takes the check, not the wait
-    for a free one; the first check on a new worker includes its start-up and imports.
+    the worker imports it by name, with this process's sys.path. The timeout counts from when a worker
+    takes the check, not the wait for a free one; the first check on a new worker includes its start-up.
     """
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if module in (None, "__main__") or "<" in qualname:
         raise ValueError(f"run_isolated needs a module-level function of an importable module, got {fn!r}")
+    path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    request = encode((path, module, qualname, args))  # unpicklable args raise here, before any worker
     pool = _pool()
-    worker = pool.acquire()
-    try:
-        if worker is None:
-            worker = Worker()
-        ok, value = worker.call(fn, args, timeout_s)
-    except WorkerLost as err:
-        pool.release(None)
-        return False, str(err)
-    except OSError as err:  # the worker could not be started (fork limit, out of memory)
-        if worker is not None:
-            worker.kill()
-        pool.release(None)
-        return False, f"worker could not start: {describe(err)}"
-    except BaseException:  # e.g. KeyboardInterrupt mid-check: the worker's state is unknown
-        if worker is not None:
-            worker.kill()
-        pool.release(None)
-        raise
-    pool.release(worker)
-    return (True, value) if ok else (False, f"check raised {value}")
+    for attempt in range(2):  # a worker found dead before it took the check is replaced, and the check retried
+        worker = pool.acquire()
+        try:
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    worker.kill()
+                worker = Worker()
+            ok, value = worker.call(request, timeout_s)
+        except WorkerGone as err:
+            pool.release(None)
+            if attempt == 0:
+                continue
+            return False, str(err)
+        except WorkerLost as err:
+            pool.release(None)
+            return False, str(err)
+        except OSError as err:  # the worker could not be started (process limit, out of memory)
+            pool.release(None)
+            return False, f"worker could not start: {describe(err)}"
+        except BaseException:  # e.g. KeyboardInterrupt mid-check: the worker's state is unknown
+            if worker is not None:
+                worker.kill()
+            pool.release(None)
+            raise
+        pool.release(worker)
+        return (True, value) if ok else (False, f"check raised {value}")
+    raise AssertionError("unreachable")
 
 
 def worker_pids() -> list[int]:

@@ -9,7 +9,7 @@ import importlib
 import os
 import sys
 
-from rlpt.rewards.isolated import describe, read_message, write_message
+from rlpt.rewards.isolated import describe, encode, read_message, write_bytes
 
 
 def resolve(module: str, qualname: str):
@@ -34,9 +34,13 @@ def serve(requests: int, replies: int) -> None:
         except Exception as err:  # the caller's check failed: report it, keep serving
             reply = (False, describe(err))
         try:
-            write_message(replies, reply)
-        except Exception as err:  # an unpicklable result (pickling fails before anything is written)
-            write_message(replies, (False, f"result not picklable: {describe(err)}"))
+            data = encode(reply)
+        except Exception as err:  # an unpicklable result
+            data = encode((False, f"result not picklable: {describe(err)}"))
+        try:
+            write_bytes(replies, data)
+        except OSError:  # the caller is gone
+            return
 
 
 def main() -> None:

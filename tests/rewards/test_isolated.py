@@ -185,3 +185,12 @@ def test_crashed_or_hung_check_scores_zero_with_the_reason(monkeypatch):
     monkeypatch.undo()  # the pool has recovered: both check again
     assert algebra.verify(algebra.generate(0, 1), algebra.generate(0, 1).meta["answer"]).score == 1.0
     assert countdown.verify(task, task.meta["answer"]).score == 1.0
+
+
+def test_idle_worker_that_died_is_replaced_before_the_check():
+    _importable()
+    assert isolated.wait_idle(1)
+    for pid in isolated.worker_pids():
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert run_isolated(add, 5, 5, timeout_s=60) == (True, 10)  # the check never ran on a dead worker
