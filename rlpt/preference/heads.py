@@ -103,6 +103,7 @@ def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *,
         fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
                          {"head": "scalar"} | ({"head_lr": head_lr} if head_lr else {}))
         ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
-                            keep=cfg.train.keep, fingerprint=fp, seed=cfg.train.seed)
+                            keep=cfg.train.keep, fingerprint=fp, seed=cfg.train.seed,
+                            resume=cfg.train.resume)
     return Trainer(cfg, mesh, model.config, state, step_fn, lambda p, f: p["lm"], ckpt,
                    make_schedule(cfg.optim, cfg.train.steps))
