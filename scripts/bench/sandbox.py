@@ -76,13 +76,15 @@ def main():
 
     meter = CpuMeter()
     probs = list(read_problems().values())
-    full = [(p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"]) for p in probs]
+    # (program, test, entry point, the trusted prompt whose helpers the grader uses)
+    full = [(p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"], p["prompt"]) for p in probs]
 
     def ours(x):
-        return check_python(*x).passed
+        prog, test, ep, prompt = x
+        return check_python(prog, test, ep, prompt=prompt).passed
 
     def plain(x):
-        prog, test, ep = x
+        prog, test, ep, _ = x
         src = f"{prog}\n{test}\ncheck({ep})\n"
         try:  # the interpreter the sandbox uses, so start-up costs compare
             return subprocess.run([python, "-c", src], capture_output=True, timeout=10).returncode == 0
@@ -96,7 +98,7 @@ def main():
     ours_ok, ours_rate, ours_cpu = timed(ours, full, args.workers, meter)
     plain_ok, plain_rate, plain_cpu = timed(plain, full, args.workers, meter)
     peer_ok, peer_rate, peer_cpu = timed(peer, probs, args.workers, meter)
-    hack_ours = sum(check_python(p["prompt"] + HACK, p["test"], p["entry_point"]).passed for p in probs)
+    hack_ours = sum(check_python(p["prompt"] + HACK, p["test"], p["entry_point"], prompt=p["prompt"]).passed for p in probs)
     hack_peer = sum(check_correctness(p, HACK, 10.0)["passed"] for p in probs)
     default_checker().close()
     meter.close()

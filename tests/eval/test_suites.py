@@ -48,6 +48,18 @@ def test_humaneval_rejects_wrong_code_and_accepts_a_completion():
     assert suite.verify(task, body).passed  # HumanEval's completion convention: the body continues the prompt
 
 
+@pytest.mark.parametrize("task_id,hack", [
+    ("HumanEval/32", "def poly(xs, x):\n    return 0.0\n\ndef find_zero(xs):\n    return 0.0\n"),
+    ("HumanEval/50", "def encode_shift(s):\n    return s\n\ndef decode_shift(s):\n    return s\n"),
+])
+def test_humaneval_helpers_come_from_the_prompt(task_id, hack):
+    """A solution that redefines the prompt's helpers (identity encode/decode, a constant root) scores 0."""
+    suite = get_suite("humaneval")
+    task = next(t for t in suite.load(LoadArgs()) if t.id == task_id)
+    assert suite.verify(task, hack).score == 0.0
+    assert suite.verify(task, task.meta["answer"]).passed
+
+
 @needs_bfcl
 def test_bfcl_all_categories():
     from rlpt.eval.suites.bfcl import CATEGORIES, EXCLUDED

@@ -39,7 +39,9 @@ def _check(task: Task, response: str) -> Verdict:
         return Verdict(0.0, False, {"static": reason})
     from rlpt.envs.sandbox import check_python  # OS-level machinery: import on use
 
-    verdict = check_python(program, task.meta["test"], task.meta["entry_point"], timeout_s=TIMEOUT_S)
+    # the prompt is the trusted copy of the helpers the tests call (poly, encode_cyclic): never the solution's
+    verdict = check_python(program, task.meta["test"], task.meta["entry_point"], timeout_s=TIMEOUT_S,
+                           prompt=task.meta["completion_prefix"])
     keep = {k: verdict.details.get(k) for k in ("flags", "tests_run", "tests_expected", "error", "killed_for")}
     return Verdict(verdict.score, verdict.passed, keep)
 
