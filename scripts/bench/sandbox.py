@@ -98,7 +98,8 @@ def main():
     ours_ok, ours_rate, ours_cpu = timed(ours, full, args.workers, meter)
     plain_ok, plain_rate, plain_cpu = timed(plain, full, args.workers, meter)
     peer_ok, peer_rate, peer_cpu = timed(peer, probs, args.workers, meter)
-    hack_ours = sum(check_python(p["prompt"] + HACK, p["test"], p["entry_point"], prompt=p["prompt"]).passed for p in probs)
+    hack_ours = sum(check_python(p["prompt"] + HACK, p["test"], p["entry_point"], prompt=p["prompt"]).passed
+                    for p in probs)
     hack_peer = sum(check_correctness(p, HACK, 10.0)["passed"] for p in probs)
     default_checker().close()
     meter.close()
