@@ -1,6 +1,7 @@
 """Accelerator chips (HBM, peak bf16 FLOP/s, HBM bandwidth, with sources) and `target=` names -> devices."""
 import dataclasses
 import math
+import os
 import re
 
 GiB = 1 << 30
@@ -108,6 +109,9 @@ def target_devices(target: Target) -> list:
     import jax
 
     if target.kind == "tpu":
+        # Compile-only: no chip is opened, so several processes (test workers, a rehearsal beside another) may each
+        # load libtpu; without this the second one fails on libtpu's lockfile.
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         try:
             from jax.experimental import topologies
             dims = [int(d) for d in target.topology.split(":")[1].split("x")] + [1]

@@ -1,6 +1,7 @@
 """The rehearsal: compile a stage's programs for a target, read what the compiler says, judge fit and sharding."""
 import dataclasses
 import logging
+import re
 import time
 
 import jax
@@ -27,7 +28,12 @@ log = logging.getLogger(__name__)
 def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
     """Lower and compile one program; its memory, cost, collectives, largest buffers and replicated buffers."""
     t0 = time.time()
-    compiled = prog.fn.lower(*prog.args, **prog.kwargs).compile()
+    try:
+        compiled = prog.fn.lower(*prog.args, **prog.kwargs).compile()
+    except jax.errors.JaxRuntimeError as e:
+        if "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        return compile_oom(prog, ctx, str(e), time.time() - t0), None
     compile_s = time.time() - t0
     mem, cost = analyze.memory(compiled), analyze.cost(compiled)
     hlo = compiled.as_text()
@@ -63,6 +69,40 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
     return res, compiled
 
 
+def _gib_in(text: str, what: str) -> int | None:
+    m = re.search(rf"{what} \(([0-9.]+)([KMGT])\)", text)
+    return int(float(m.group(1)) * 2 ** (10 * "KMGT".index(m.group(2)) + 10)) if m else None
+
+
+def compile_oom(prog: Program, ctx: dict, error: str, compile_s: float) -> dict:
+    """The result for a program the TPU compiler refused because it does not fit (CompileTimeHbmOom): the
+    temporaries it reports, the inputs' per-device bytes, the analytic FLOPs; no HLO to read collectives from."""
+    named = analyze.named_leaves(prog.args, "in")
+    resident = analyze.named_leaves(prog.resident, "resident")
+    args = sum(analyze.per_device_bytes(x) for _, x in named)
+    resident_bytes = sum(analyze.per_device_bytes(x) for _, x in resident)
+    temps = _gib_in(error, "HLO temporaries") or 0
+    total = args + temps + resident_bytes
+    n, plan = ctx["devices"], ctx["plan"]
+    per_device = prog.flops / n
+    return {
+        "program": prog.name, "compile_s": round(compile_s, 2),
+        "compile_error": error.strip().splitlines()[0][:500],
+        "memory": {"arguments": args, "outputs": 0, "temporaries": temps, "aliased": 0, "code": 0,
+                   "total": args + temps, "resident": resident_bytes, "total_with_resident": total},
+        "hbm_per_device_bytes": total, "fits": False,
+        "headroom_bytes": int(plan.usable_fraction * ctx["capacity"]) - total,
+        "flops_per_device": per_device, "flops": prog.flops, "xla_cost_flops_per_device": None,
+        "analytic_flops": prog.flops, "flops_vs_analytic": None,
+        "analytic_formula": prog.flops_formula + " (the compiler refused the program: FLOPs are the analytic count)",
+        "bytes_accessed_per_device": 0.0, "step_s_at_peak": per_device / ctx["peak"], "step_s_at_hbm_bandwidth": 0.0,
+        "collectives": [], "largest_inputs": analyze.largest_inputs(named + resident, plan.top_buffers),
+        "largest_values": [], "replicated": analyze.replicated_buffers(
+            named, ctx["mesh"], int(plan.replication_mb * 2**20), tuple(plan.replication_ignore))
+        if plan.replication_mb > 0 else [],
+    }
+
+
 def rehearse(cfg) -> dict:
     """Compile cfg.stage's train step (and with cfg.plan.sampler the sampler's prefill and decode loop) for
     cfg.target on cfg.mesh; returns the summary dict (`fits`, per-program results, advice)."""
@@ -91,7 +131,8 @@ def rehearse(cfg) -> dict:
                 with jax.set_mesh(mesh):
                     res, compiled = compile_program(prefill, ctx)
                 programs.append(res)
-                state = with_shardings(compiled.out_info, compiled.output_shardings)
+                state = (decode_state(prefill, mesh) if compiled is None
+                         else with_shardings(compiled.out_info, compiled.output_shardings))
             else:
                 state = decode_state(prefill, mesh)
             scalar = sds((), jnp.int32, NamedSharding(mesh, P()))
