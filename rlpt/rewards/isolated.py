@@ -207,20 +207,21 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
-def run_isolated(fn, *args, timeout_s: float):
+def run_isolated(fn, *args, timeout_s: float, pool: Pool | None = None):
     """(True, fn(*args)) from a worker process, or (False, reason): reason says the check timed out after
     timeout_s, that its worker died (the worker is then replaced), or which exception fn raised.
 
     fn must be a module-level function of an importable module (not `__main__`, a lambda or a closure):
     the worker imports it by name, with this process's sys.path. The timeout counts from when a worker
     takes the check, not the wait for a free one; the first check on a new worker includes its start-up.
+    pool: a private Pool (e.g. bulk task generation with its own worker count); default the shared one.
     """
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
     if module in (None, "__main__") or "<" in qualname:
         raise ValueError(f"run_isolated needs a module-level function of an importable module, got {fn!r}")
     path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
     request = encode((path, module, qualname, args))  # unpicklable args raise here, before any worker
-    pool = _pool()
+    pool = pool if pool is not None else _pool()
     for attempt in range(2):  # a worker found dead before it took the check is replaced, and the check retried
         worker = pool.acquire()
         try:

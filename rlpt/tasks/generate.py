@@ -1,19 +1,19 @@
-"""Bulk task generation: mixture samples of (domain, tier, seed) specs, generated in a process pool with cell
+"""Bulk task generation: mixture samples of (domain, tier, seed) specs, generated in rlpt's worker processes with cell
 affinity; slow cells can be served from pre-generated pools (`rlpt.tasks.pool`)."""
 
 import collections
 import concurrent.futures as cf
-import multiprocessing as mp
 
 import numpy as np
 
+from rlpt.rewards.isolated import Pool, run_isolated
 from rlpt.tasks.base import EVAL_SEED_START, Task
 from rlpt.tasks.pool import PoolStore, is_pooled, pool_seeds, pooled_cells
-from rlpt.tasks.registry import get_domain, list_domains
+from rlpt.tasks.registry import get_domain
 
 Spec = tuple[str, int, int]  # (domain, tier, seed)
-# The forkserver imports these once (the last one builds the registry), so forked workers start warm.
-PRELOAD = ["rlpt.tasks.registry", "rlpt.tasks.native", "rlpt.tasks.rgym", "reasoning_gym", "rlpt.tasks.preload"]
+# One chunk of up to `chunk` tasks; the slowest generators here take ~0.3 s a task.
+CHUNK_TIMEOUT_S = 600.0
 
 
 def mixture_specs(names: list[str], n: int, seed: int, pool_size: int = 0) -> list[Spec]:
@@ -38,17 +38,26 @@ def _generate_chunk(specs: list[Spec]) -> list[Task]:
     return [get_domain(name).generate(seed, tier) for name, tier, seed in specs]
 
 
-def _warm() -> None:
-    list_domains()
-
-
 def _run(jobs: list[list[Spec]], workers: int) -> list[Task]:
     if workers == 0:
         return [task for job in jobs for task in _generate_chunk(job)]
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
-    with cf.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_warm) as pool:
-        return [task for part in pool.map(_generate_chunk, jobs) for task in part]
+    # rlpt's own worker processes (python -m rlpt.rewards.worker), not a multiprocessing pool: a spawn or
+    # forkserver pool re-runs the caller's __main__, which breaks a script without a main guard.
+    pool = Pool(workers)
+
+    def one(job: list[Spec]) -> list[Task]:
+        ok, value = run_isolated(_generate_chunk, job, timeout_s=CHUNK_TIMEOUT_S, pool=pool)
+        if not ok:
+            name, tier, seed = job[0]
+            raise RuntimeError(f"task generation failed for {len(job)} tasks from {name} tier {tier} seed {seed}: "
+                               f"{value}")
+        return value
+
+    try:
+        with cf.ThreadPoolExecutor(workers) as threads:
+            return [task for part in threads.map(one, jobs) for task in part]
+    finally:
+        pool.close()
 
 
 def generate_many(specs: list[Spec], workers: int = 2, chunk: int = 32, store: PoolStore | None = None) -> list[Task]:

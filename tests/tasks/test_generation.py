@@ -82,6 +82,21 @@ def test_worker_pool_keeps_spec_order():
     assert tasks == [get_domain(d).generate(s, t) for d, t, s in specs]
 
 
+def test_bulk_generation_from_a_script_without_main_guard(tmp_path):
+    """generate_many's workers never re-run the caller's __main__ (a spawn/forkserver pool did, and failed)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from rlpt.tasks.generate import generate_many, mixture_specs\n"
+        "specs = mixture_specs(['arith/add', 'rg/letter_counting'], 12, seed=1)\n"
+        "print('TASKS', len(generate_many(specs, workers=2, chunk=3)))\n")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("TASKS") == 1 and "TASKS 12" in proc.stdout, proc.stdout
+
+
 def test_bounded_number_sequence_matches_the_library():
     from reasoning_gym.factory import DATASETS
 
