@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Install the newest dev/test versions that dev-requirements.in allows in a scratch venv, run the peer-parity
 # and import-name tests against them, and print a dev-lock.txt for those versions (--write: replace it).
-# Usage: bash scripts/check_latest.sh [--write] [--keep]   (docs/dependencies.md says when and how to bump)
+# Usage: bash scripts/check_latest.sh [--write] [--keep] [--torch]   (docs/dependencies.md: when and how to bump)
+# torch stays at its locked version unless --torch is given: a newer torch from PyPI is a multi-GB CUDA build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WRITE=0; KEEP=0
+WRITE=0; KEEP=0; TORCH=0
 for arg in "$@"; do
   case "$arg" in
     --write) WRITE=1 ;;
     --keep) KEEP=1 ;;
-    *) echo "usage: bash scripts/check_latest.sh [--write] [--keep]" >&2; exit 2 ;;
+    --torch) TORCH=1 ;;
+    *) echo "usage: bash scripts/check_latest.sh [--write] [--keep] [--torch]" >&2; exit 2 ;;
   esac
 done
 VENV="$(mktemp -d)/venv"
@@ -19,7 +21,9 @@ PY="$VENV/bin/python"
 "$PY" -m pip install -q --upgrade pip
 # The library at its newest allowed runtime versions, then the newest allowed dev/test stack (no lock).
 "$PY" -m pip install -q --upgrade -e .
-"$PY" -m pip install -q --upgrade -r dev-requirements.in
+HOLD="$(dirname "$VENV")/hold.txt"
+if [ "$TORCH" = 1 ]; then : > "$HOLD"; else grep -E '^torch==' dev-lock.txt > "$HOLD"; fi
+"$PY" -m pip install -q --upgrade -r dev-requirements.in -c "$HOLD"
 "$PY" -m pip install -q --upgrade --no-deps bfcl-eval  # data only; it pins numpy < 2 (see .ci/run)
 echo "== versions under test"
 "$PY" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|trl|kernels|huggingface[-_]hub|accelerate|datasets|tokenizers|jax|flax) '
