@@ -213,9 +213,9 @@ def largest_values(hlo: str, n: int) -> list[dict]:
     seen.sort(key=lambda r: -r[0])
     out, shapes = [], set()
     for size, shape, op, name in seen:
-        if (shape, op) in shapes:
+        if shape in shapes:
             continue
-        shapes.add((shape, op))
+        shapes.add(shape)
         out.append({"bytes": size, "shape": shape, "op": op, "name": name})
         if len(out) == n:
             break

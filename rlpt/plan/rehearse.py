@@ -28,12 +28,17 @@ log = logging.getLogger(__name__)
 def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
     """Lower and compile one program; its memory, cost, collectives, largest buffers and replicated buffers."""
     t0 = time.time()
+    lowered = prog.fn.lower(*prog.args, **prog.kwargs)
     try:
-        compiled = prog.fn.lower(*prog.args, **prog.kwargs).compile()
+        compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as e:
         if "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        return compile_oom(prog, ctx, str(e), time.time() - t0), None
+        res = compile_oom(prog, ctx, str(e), time.time() - t0)
+        # No optimized HLO: the largest values of the program as traced (global shapes, before partitioning).
+        res["largest_values"] = [dict(v, scope="global") for v in
+                                 analyze.largest_values(lowered.as_text(dialect="hlo"), ctx["plan"].top_buffers)]
+        return res, None
     compile_s = time.time() - t0
     mem, cost = analyze.memory(compiled), analyze.cost(compiled)
     hlo = compiled.as_text()

@@ -31,6 +31,10 @@ def advice(cfg, summary: dict) -> list[str]:
                 out.append("  shard the state over every device: mesh=fsdp (fsdp=-1, data=1)")
             out.append("  smaller state per device: lora.rank=16 (adapters only train), optim=adafactor (factored "
                        "moments), model.param_dtype=bfloat16, or a larger slice (more chips share the state)")
+        vocab = f",{cfg.model.vocab_size}]"
+        if any(v["shape"].endswith(vocab) for v in p["largest_values"][:2]):
+            out.append(f"  the (rows, columns, vocab={cfg.model.vocab_size}) logits are the largest values: fewer rows "
+                       "per micro-batch (optim.grad_accum), model.logits_dtype=bfloat16 (half their bytes)")
         if p["program"] in ("train_step", "rl_update", "dpo_step") and m["temporaries"] > 0.3 * cap:
             A = cfg.optim.grad_accum
             if cfg.model.remat == "none":
@@ -80,7 +84,9 @@ def markdown(summary: dict, command: str = "") -> str:
         lines += [f"- {b['name']} {b['dtype']}{b['shape']} {b['spec']}: {b['bytes'] / 2**20:.1f} MiB"
                   for b in p["largest_inputs"]]
         lines += ["", "Largest values the program computes (per device):", ""]
-        lines += [f"- {v['shape']} ({v['op']}): {v['bytes'] / 2**20:.1f} MiB" for v in p["largest_values"]]
+        lines += [f"- {v['shape']} ({v['op']}): {v['bytes'] / 2**20:.1f} MiB"
+                  + (" (global, before partitioning: the compiler refused the program)" if v.get("scope") else "")
+                  for v in p["largest_values"]]
         if p["replicated"]:
             lines += ["", "Replicated buffers:", ""]
             lines += [f"- {r['name']} {r['shape']} {r['spec']}: whole on {r['axis']!r}, {r['bytes'] / 2**20:.1f} MiB"
