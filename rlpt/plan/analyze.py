@@ -105,7 +105,7 @@ def collectives(hlo: str) -> list[dict]:
     (each op's result size per device, times its executions)."""
     comps = _computations(hlo)
     mult = _multiplicity(comps)
-    agg = {}
+    agg, chains = {}, set()
     for name, lines in comps.items():
         for line in lines:
             m = _INSTR.match(line)
@@ -114,6 +114,13 @@ def collectives(hlo: str) -> list[dict]:
             kind = m.group(3).removesuffix("-start")
             if kind not in COLLECTIVES or m.group(3).endswith("-done"):
                 continue
+            # XLA:TPU spreads one collective over a chain of async collective fusions, each holding a copy of the
+            # full-size op with the same channel: count a channel once.
+            channel = re.search(r"channel_id=(\d+)", line)
+            if channel:
+                if (kind, channel.group(1)) in chains:
+                    continue
+                chains.add((kind, channel.group(1)))
             k = mult.get(name, 0.0) or 1.0
             row = agg.setdefault(kind, {"kind": kind, "ops": 0, "executions": 0.0, "bytes": 0.0})
             size = shape_bytes(m.group(2))
