@@ -111,3 +111,28 @@ def test_a_model_that_does_not_fit_exits_nonzero_naming_its_buffers(tmp_path):
     assert "DOES NOT FIT: train_step" in proc.stderr and "['w_down'] 2.00 GiB" in proc.stderr  # names its buffers
     report = (tmp_path / "qwen2_5_0_5b_sft_tpu-v5e-1.md").read_text()
     assert "opt_state" in report and "What to change" in report and "lora.rank" in report
+
+
+@needs_libtpu
+def test_matmul_flops_count_every_trip_of_a_layer_scan():
+    """XLA's cost analysis counts a while body once; the HLO count multiplies by the scan's trip count."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from rlpt.plan.analyze import cost, matmul_flops
+    from rlpt.plan.chips import target_devices
+
+    mesh = jax.make_mesh((4,), ("x",), devices=target_devices(parse_target("tpu:v5e-4")))
+
+    def f(x, ws):
+        return jax.lax.scan(lambda h, w: (jnp.tanh(h @ w), None), x, ws)[0].sum()
+
+    x = jax.ShapeDtypeStruct((1024, 256), jnp.bfloat16, sharding=NamedSharding(mesh, P("x")))
+    ws = jax.ShapeDtypeStruct((3, 256, 256), jnp.bfloat16, sharding=NamedSharding(mesh, P()))
+    compiled = jax.jit(jax.grad(f, argnums=1)).lower(x, ws).compile()
+    expected = 3 * 3 * 2 * 1024 * 256 * 256 / 4  # layers x (forward, two backward matmuls) x 2MNK, per device
+    looped, once = matmul_flops(compiled.as_text())
+    assert looped == expected and once == expected / 3
+    assert cost(compiled)["flops"] < 0.5 * expected  # what the cost analysis alone would report
