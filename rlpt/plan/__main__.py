@@ -40,6 +40,7 @@ def main(dcfg) -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     command = "python -m rlpt.plan " + " ".join(HydraConfig.get().overrides.task)
+    summary["command"] = command
     print(markdown(summary, command))
     if cfg.plan.write:
         model = HydraConfig.get().runtime.choices.get("model", cfg.model.family)
