@@ -1,7 +1,9 @@
 """The rehearsal: compile a stage's programs for a target, read what the compiler says, judge fit and sharding."""
 import dataclasses
 import logging
+import os
 import re
+import tempfile
 import time
 
 import jax
@@ -41,7 +43,7 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
         return res, None
     compile_s = time.time() - t0
     mem, cost = analyze.memory(compiled), analyze.cost(compiled)
-    hlo = compiled.as_text()
+    hlo = optimized_hlo(compiled, lowered)
     resident = analyze.named_leaves(prog.resident, "resident")
     resident_bytes = sum(analyze.per_device_bytes(x) for _, x in resident)
     total = mem["total"] + resident_bytes
@@ -72,6 +74,26 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
         "replicated": replicated,
     }
     return res, compiled
+
+
+def optimized_hlo(compiled, lowered) -> str:
+    """The compiled module's HLO text. libtpu 0.0.51 fails to read some modules back from their proto ("async-update
+    instruction should have 1 operands but sees 3"); then compile once more with XLA's dump options and read the
+    text XLA wrote itself."""
+    try:
+        return compiled.as_text()
+    except jax.errors.JaxRuntimeError as e:
+        if "RET_CHECK" not in str(e):
+            raise
+        log.warning("the compiled HLO does not read back (%s); recompiling with XLA's HLO dump", str(e)[:120])
+    with tempfile.TemporaryDirectory() as folder:
+        lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True,
+                                          "xla_dump_hlo_pass_re": "^$"})
+        texts = [f for f in os.listdir(folder) if ".jit_" in f and f.endswith(".after_optimizations.txt")]
+        if not texts:
+            raise RuntimeError(f"no optimized HLO in XLA's dump ({sorted(os.listdir(folder))[:5]})")
+        with open(os.path.join(folder, max(texts, key=lambda f: os.path.getsize(os.path.join(folder, f))))) as f:
+            return f.read()
 
 
 def _gib_in(text: str, what: str) -> int | None:
