@@ -28,22 +28,28 @@ log = logging.getLogger(__name__)
 
 
 def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
-    """Lower and compile one program; its memory, cost, collectives, largest buffers and replicated buffers."""
+    """Lower and compile one program; its memory, cost, collectives, largest buffers and replicated buffers.
+
+    For TPU the compile writes XLA's dump (optimized HLO text, buffer report) to a scratch folder: libtpu 0.0.51
+    fails to read some compiled modules back from their proto ("async-update instruction should have 1 operands
+    but sees 3"), and the dump's memory-usage report names the largest allocations."""
     t0 = time.time()
     lowered = prog.fn.lower(*prog.args, **prog.kwargs)
-    try:
-        compiled = lowered.compile()
-    except jax.errors.JaxRuntimeError as e:
-        if "RESOURCE_EXHAUSTED" not in str(e):
-            raise
-        res = compile_oom(prog, ctx, str(e), time.time() - t0)
-        # No optimized HLO: the largest values of the program as traced (global shapes, before partitioning).
-        res["largest_values"] = [dict(v, scope="global") for v in
-                                 analyze.largest_values(lowered.as_text(dialect="hlo"), ctx["plan"].top_buffers)]
-        return res, None
-    compile_s = time.time() - t0
+    with tempfile.TemporaryDirectory() as folder:
+        options = {"xla_dump_to": folder, "xla_dump_hlo_as_text": True, "xla_dump_hlo_pass_re": "^$"}
+        try:
+            compiled = lowered.compile(compiler_options=options if ctx["platform"] == "tpu" else None)
+        except jax.errors.JaxRuntimeError as e:
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            res = compile_oom(prog, ctx, str(e), time.time() - t0)
+            # No optimized HLO: the largest values of the program as traced (global shapes, before partitioning).
+            res["largest_values"] = [dict(v, scope="global") for v in
+                                     analyze.largest_values(lowered.as_text(dialect="hlo"), ctx["plan"].top_buffers)]
+            return res, None
+        compile_s = time.time() - t0
+        hlo, allocations = dumped(folder) if ctx["platform"] == "tpu" else (compiled.as_text(), [])
     mem, cost = analyze.memory(compiled), analyze.cost(compiled)
-    hlo = optimized_hlo(compiled, lowered)
     resident = analyze.named_leaves(prog.resident, "resident")
     resident_bytes = sum(analyze.per_device_bytes(x) for _, x in resident)
     total = mem["total"] + resident_bytes
@@ -71,29 +77,27 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
         "largest_inputs": analyze.largest_inputs(named[:len(analyze.named_leaves(prog.args))] + resident,
                                                  plan.top_buffers),
         "largest_values": analyze.largest_values(hlo, plan.top_buffers),
+        "largest_allocations": allocations[:plan.top_buffers],
         "replicated": replicated,
     }
     return res, compiled
 
 
-def optimized_hlo(compiled, lowered) -> str:
-    """The compiled module's HLO text. libtpu 0.0.51 fails to read some modules back from their proto ("async-update
-    instruction should have 1 operands but sees 3"); then compile once more with XLA's dump options and read the
-    text XLA wrote itself."""
-    try:
-        return compiled.as_text()
-    except jax.errors.JaxRuntimeError as e:
-        if "RET_CHECK" not in str(e):
-            raise
-        log.warning("the compiled HLO does not read back (%s); recompiling with XLA's HLO dump", str(e)[:120])
-    with tempfile.TemporaryDirectory() as folder:
-        lowered.compile(compiler_options={"xla_dump_to": folder, "xla_dump_hlo_as_text": True,
-                                          "xla_dump_hlo_pass_re": "^$"})
-        texts = [f for f in os.listdir(folder) if ".jit_" in f and f.endswith(".after_optimizations.txt")]
-        if not texts:
-            raise RuntimeError(f"no optimized HLO in XLA's dump ({sorted(os.listdir(folder))[:5]})")
-        with open(os.path.join(folder, max(texts, key=lambda f: os.path.getsize(os.path.join(folder, f))))) as f:
+def dumped(folder: str) -> tuple[str, list[str]]:
+    """(optimized HLO text, the largest allocations of XLA's memory-usage report) of the jit in a dump folder."""
+    def largest(suffix):
+        names = [f for f in os.listdir(folder) if ".jit_" in f and f.endswith(suffix)]
+        if not names:
+            return None
+        with open(os.path.join(folder, max(names, key=lambda f: os.path.getsize(os.path.join(folder, f))))) as f:
             return f.read()
+
+    hlo = largest(".after_optimizations.txt")
+    if hlo is None:
+        raise RuntimeError(f"no optimized HLO in XLA's dump ({sorted(os.listdir(folder))[:5]})")
+    report = largest(".after_optimizations-memory-usage-report.txt") or ""
+    rows = [ln.strip() for ln in report.splitlines() if re.match(r"\s*[0-9.]+[KMG]?i?B\(", ln)]
+    return hlo, rows
 
 
 def _gib_in(text: str, what: str) -> int | None:
@@ -138,7 +142,8 @@ def rehearse(cfg) -> dict:
     devices = target_devices(target)
     mesh = make_mesh(cfg.mesh, devices)
     per_chip = max(1, len(devices) // target.chips)  # v4's topology has one device per TensorCore
-    ctx = {"devices": len(devices), "mesh": mesh, "plan": cfg.plan, "capacity": target.chip.hbm_bytes // per_chip,
+    ctx = {"platform": target.kind, "devices": len(devices), "mesh": mesh, "plan": cfg.plan,
+           "capacity": target.chip.hbm_bytes // per_chip,
            "peak": target.chip.peak_flops / per_chip, "bw": target.chip.hbm_bw / per_chip}
     model_cfg = cfg.model
     programs = []

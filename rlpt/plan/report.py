@@ -83,6 +83,9 @@ def markdown(summary: dict, command: str = "") -> str:
         lines += ["", "Largest inputs per device:", ""]
         lines += [f"- {b['name']} {b['dtype']}{b['shape']} {b['spec']}: {b['bytes'] / 2**20:.1f} MiB"
                   for b in p["largest_inputs"]]
+        if p.get("largest_allocations"):
+            lines += ["", "Largest allocations (XLA's memory-usage report: cumulative; size; offset; values; shapes):",
+                      "", "```"] + p["largest_allocations"] + ["```"]
         lines += ["", "Largest values the program computes (per device):", ""]
         lines += [f"- {v['shape']} ({v['op']}): {v['bytes'] / 2**20:.1f} MiB"
                   + (" (global, before partitioning: the compiler refused the program)" if v.get("scope") else "")
