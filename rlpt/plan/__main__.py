@@ -1,5 +1,6 @@
 """`python -m rlpt.plan`: compose the plan config (experiments/conf/plan.yaml), rehearse, report; exit 1 when a
 program does not fit or leaves a large buffer replicated, 2 on a bad target."""
+import hashlib
 import logging
 import os
 import re
@@ -45,6 +46,10 @@ def main(dcfg) -> None:
     if cfg.plan.write:
         model = HydraConfig.get().runtime.choices.get("model", cfg.model.family)
         name = f"{model}_{cfg.stage}_{cfg.target.replace(':', '-')}"
+        extra = sorted(o for o in HydraConfig.get().overrides.task
+                       if not o.startswith(("model=", "stage=", "target=", "plan.out_dir=")))
+        if extra:  # other overrides: their own files, named by a hash of them
+            name += "_" + hashlib.sha1(" ".join(extra).encode()).hexdigest()[:8]
         js, md = write(summary, cfg.plan.out_dir, name, command)
         print(f"wrote {js} and {md}")
     ok = summary["fits"] and summary["sharding_ok"]
