@@ -10,6 +10,7 @@ import time
 import numpy as np
 
 from rlpt.observe.alerts import AlertSink
+from rlpt.observe.components import RewardAuditObserver
 from rlpt.observe.drift import DriftDetector
 from rlpt.observe.records import FailureObserver, TrajectoryLogObserver, groups
 from rlpt.observe.tags import FAILURE_TAGS, response_of, sample_tags
@@ -138,10 +139,14 @@ def default_observers(cfg, out_dir: str) -> list:
     tb = TBWriter(os.path.join(out_dir, "tb"), filename_suffix=".observe") if ocfg.tensorboard else None
     observers: list = [HealthObserver(tb)]
     if ocfg.drift:
-        detector = DriftDetector(window=ocfg.drift_window, baseline=ocfg.drift_baseline,
+        def detector():
+            return DriftDetector(window=ocfg.drift_window, baseline=ocfg.drift_baseline,
                                  min_samples=ocfg.drift_min_samples, bins=ocfg.drift_bins,
                                  ks_threshold=ocfg.drift_ks_threshold, psi_threshold=ocfg.drift_psi_threshold)
-        observers.append(DriftObserver(detector, AlertSink(out_dir, tb, ocfg.alert_hooks), tb))
+        sink = AlertSink(out_dir, tb, ocfg.alert_hooks)
+        # the audit goes first: DriftObserver.close closes the shared sink
+        observers.append(RewardAuditObserver(detector(), sink))
+        observers.append(DriftObserver(detector(), sink, tb))
     if ocfg.trajectory_log:
         observers.append(TrajectoryLogObserver(os.path.join(out_dir, "trajectories"), ocfg.traj_log_max_bytes,
                                                ocfg.traj_log_max_files))

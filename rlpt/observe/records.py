@@ -33,6 +33,10 @@ class TrajectoryLogObserver:
                     "reward": float(traj.rewards[r]), "passed": bool(traj.passed[r]),
                     "truncated": bool(traj.truncated[r]), "tag": tags[r],
                     "logp_mean": float(np.mean(traj.rollout_logp[r, :n])) if n else 0.0})
+                if traj.verdicts is not None:
+                    records[-1]["outcome"] = float(traj.verdicts[r].score)
+                if traj.components is not None:  # the reward's breakdown (rlpt.rewards.RewardMixture)
+                    records[-1]["components"] = {k: float(v) for k, v in traj.components[r].items()}
         self.log.write(records)
 
     def close(self) -> dict:

@@ -10,6 +10,7 @@ checkpoint).
 import dataclasses
 import queue
 import threading
+import time
 
 import numpy as np
 
@@ -23,6 +24,20 @@ def source_version(step: int, lag: int, start: int, ckpt_every: int) -> int:
     if ckpt_every > 0:
         barrier = max(start, ((step - 1) // ckpt_every) * ckpt_every)
     return max(step - 1 - lag, barrier)
+
+
+def mix_rewards(traj, mixture):
+    """The trajectories with rewards from the reward mixture (rlpt.rewards.RewardMixture) and each row's
+    component values in `components`; judges score the batch in one call each (time added to verify_s).
+    Unchanged when there is no mixture, no verdicts (a rollout that records none), or components are set
+    already (a rollout with its own reward_fn)."""
+    if mixture is None or traj.verdicts is None or traj.components is not None:
+        return traj
+    t0 = time.time()
+    tasks = [traj.tasks[int(g)] for g in traj.group_ids]
+    texts = traj.reward_texts if traj.reward_texts is not None else traj.texts
+    rewards, parts = mixture.score_batch(tasks, texts, traj.verdicts)
+    return dataclasses.replace(traj, rewards=rewards, components=parts, verify_s=traj.verify_s + time.time() - t0)
 
 
 def rollout_model(model, rcfg):
@@ -41,12 +56,14 @@ class Producer:
     publish(version, model, cstate) after each train step hands over the new policy and curriculum state
     (weight sync: same mesh, no copy; the sampler runs it at rl.rollout.compute_dtype); get(step) returns
     batch `step` as (trajectories, train rows, metrics):
-    `prepare(traj) -> (rows, metrics)` (advantages, masks) runs on the producer's side too.
+    `prepare(traj) -> (rows, metrics)` (advantages, masks) runs on the producer's side too, after `mixture`
+    (the run's RewardMixture; None: the rollout's rewards) has set the rewards (`mix_rewards`).
     """
 
     def __init__(self, cfg: Config, tok, curriculum, cstate, start: int, model, rollout_fn, prepare, *,
-                 asynchronous: bool, ckpt_every: int):
+                 asynchronous: bool, ckpt_every: int, mixture=None):
         self.cfg, self.tok, self.curriculum, self.rollout_fn = cfg, tok, curriculum, rollout_fn
+        self.mixture = mixture
         self.prepare = prepare
         self.lag = cfg.rl.max_staleness if asynchronous else 0
         if self.lag < 0:
@@ -83,6 +100,7 @@ class Producer:
         tasks = self.curriculum.tasks(cstate, step, rng, self.cfg.rl.rollout.prompts_per_step)
         traj = self.rollout_fn(model, self.tok, tasks, self.cfg.rl.rollout,
                                seed=self.cfg.train.seed * 1_000_003 + step, version=need)
+        traj = mix_rewards(traj, self.mixture)
         return (traj, *self.prepare(traj))
 
     def _put(self, item):

@@ -12,10 +12,12 @@ import numpy as np
 
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import family_means
+from rlpt.observe.components import component_row, run_means
 from rlpt.observe.observers import default_observers
 from rlpt.observe.tags import task_outcomes
 from rlpt.parallel import axis_rules
 from rlpt.pipeline.producer import Producer
+from rlpt.rewards.mixture import RewardMixture
 from rlpt.rollout.single_turn import response_window, rollout, to_rows
 from rlpt.train.loop import Progress, make_trainer, maybe_resume, microbatch, shard_batch, to_float
 from rlpt.train.losses import rl_loss, token_logprobs_entropy
@@ -186,7 +188,7 @@ def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) ->
     task_rewards = traj.rewards.reshape(len(traj.tasks), group_size).mean(axis=1)
     for key, stat in family_means(traj.tasks, task_rewards).items():  # code/*: one per problem family
         row[f"reward_family/{key}"] = stat["mean"]
-    return row
+    return row | component_row(traj)
 
 
 def idle_fraction(rows: list[dict]) -> float:
@@ -202,7 +204,10 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     observers: objects with on_step(step, traj, row) and close() -> dict (merged into the summary); None: the
     ones cfg.observe enables (TensorBoard, drift, trajectory and failure logs; rlpt.observe.default_observers).
     rollout_fn(model, tok, tasks, rcfg, *, seed, version) -> Trajectories replaces the single-turn rollout
-    (e.g. multi-turn agents). The trainer's idle time is the loop's wall time outside train steps (sync: while
+    (e.g. multi-turn agents). Rewards come from the reward mixture cfg.reward (rlpt.rewards.RewardMixture:
+    verifier outcome, process credit, format, length shaping, judges, per-domain tables) over the rollout's
+    verdicts; judges named in it must be registered first.
+    The trainer's idle time is the loop's wall time outside train steps (sync: while
     generating, verifying and preparing the batch; async: while waiting for the producer; both: checkpointing,
     logging, observers), evaluation excluded.
     """
@@ -236,7 +241,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     mlog = open(mlog_path, "a") if is_main else None
     ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
     producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
-                        lambda traj: make_batch(traj, cfg, row_len), asynchronous=asynchronous, ckpt_every=ckpt_every)
+                        lambda traj: make_batch(traj, cfg, row_len), asynchronous=asynchronous, ckpt_every=ckpt_every,
+                        mixture=RewardMixture(cfg.reward))
     n_params = int(sum(np.size(x) for x in jax.tree.leaves(trainer.model().params)))
     progress = Progress(cfg.rl.steps, start, cfg.train.log_every, cfg.train.progress)
     bound = producer.lag
@@ -298,6 +304,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                "tokens_trained": float(sum(h.get("tokens_trained", 0.0) for h in history)),
                "n_params": n_params,
                "final_reward": float(np.mean([h["reward_mean"] for h in history[-10:]])) if history else None}
+    summary["reward"] = cfg.reward.name
+    summary["reward_components"] = run_means(history)
     for extra in closed:
         summary |= extra
     return {"summary": summary, "history": history, "evals": evals, "model": trainer.model(),

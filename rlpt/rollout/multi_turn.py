@@ -38,6 +38,7 @@ class Episode:
     status: str = "running"
     error: str | None = None
     pending: object = None  # an env call still running after its deadline (the env closes when it ends)
+    verdict: dict | None = None  # the environment's final info["verdict"] (score, passed, details)
 
     def add(self, kind: str, ids, logp=None):
         start = len(self.tokens)
@@ -100,6 +101,7 @@ def _step_all(pool, eps, rows, actions):
         if terminated or truncated:
             verdict = info.get("verdict", {})
             ep.passed = bool(verdict.get("passed", ep.reward >= 1.0))
+            ep.verdict = verdict or None
             ep.end("done" if terminated else "turn_limit")
         else:
             yield r, obs
@@ -207,6 +209,26 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     return _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s)
 
 
+def episode_verdict(ep: Episode):
+    """The episode's outcome as a Verdict for the reward mixture: the environment's final verdict (process
+    credit = the outcome where the env reports none); an episode cut or crashed before one scores 0."""
+    from rlpt.rewards.verdict import Verdict
+
+    if ep.status not in ("done", "turn_limit"):
+        return Verdict(0.0, False, {"error": ep.status, "process": 0.0})
+    if ep.verdict is None:  # an env without a verifier verdict: its summed reward is the outcome
+        score = min(max(ep.reward, 0.0), 1.0)
+        return Verdict(score, ep.passed, {"process": score})
+    details = dict(ep.verdict.get("details", {}))
+    details.setdefault("process", float(ep.verdict["score"]))
+    return Verdict(float(ep.verdict["score"]), bool(ep.verdict["passed"]), details)
+
+
+def policy_text(tok, ep: Episode) -> str:
+    """The policy's own turns as text (tool output left out), what text-based reward components score."""
+    return "\n".join(response_text(tok, ep.tokens[s:e]) for kind, s, e in ep.spans if kind == "policy")
+
+
 def _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s) -> Trajectories:
     R = len(eps)
     response = np.zeros((R, N), np.int32)
@@ -226,4 +248,5 @@ def _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s) -> Traj
         texts=[tok.decode(ep.tokens) + (f"\n[{ep.status}: {ep.error}]" if ep.error else "") for ep in eps],
         policy_mask=mask, turns=np.asarray([ep.turns for ep in eps], np.int32),
         tool_calls=np.asarray([ep.tool_calls for ep in eps], np.int32), spans=[ep.spans for ep in eps],
-        status=[ep.status for ep in eps])
+        status=[ep.status for ep in eps], verdicts=[episode_verdict(ep) for ep in eps],
+        reward_texts=[policy_text(tok, ep) for ep in eps])

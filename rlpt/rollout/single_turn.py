@@ -19,6 +19,10 @@ class Trajectories:
     sampled, 0 on tool output the environment appended (None: every response token is the policy's);
     turns (R,) policy turns; tool_calls (R,) tool calls executed; spans: per row (kind, start, end) response
     slices, kind 'policy' or 'tool'; status: per row how the episode ended.
+    Rewards: verdicts (R,) the verifier's Verdict per row and reward_texts (R,) the text a reward mixture
+    scores (the policy's own text) let rlpt.pipeline.producer.mix_rewards recompute `rewards` through the
+    configured mixture; it fills components (R,) {component: value} (None: rewards are the verifier's
+    score, or a custom reward_fn's, and no mixture was applied).
     """
 
     tasks: list
@@ -39,30 +43,39 @@ class Trajectories:
     tool_calls: np.ndarray | None = None
     spans: list | None = None
     status: list | None = None
+    verdicts: list | None = None
+    reward_texts: list[str] | None = None
+    components: list[dict[str, float]] | None = None
 
 
 def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
-    """(rewards, passed, texts) per sample; a crashing verifier scores 0 and the run goes on."""
+    """(rewards, passed, texts, verdicts, policy texts) per sample; a crashing verifier scores 0 (a Verdict
+    with the error in details) and the run goes on."""
+    from rlpt.rewards.verdict import Verdict
     from rlpt.tasks import get_domain
 
-    rewards, passed, texts = [], [], []
+    rewards, passed, texts, verdicts, own = [], [], [], [], []
     for r in range(response.shape[0]):
         task = tasks[r // group_size]
         text = response_text(tok, response[r, :int(lengths[r])])
         texts.append(text)
+        own.append(text)
         try:
             verdict = get_domain(task.domain).verify(task, text)
-            score, ok = float(verdict.score), bool(verdict.passed)
         except Exception as e:  # noqa: BLE001  (a broken verifier must not stop training; it is counted)
-            score, ok = 0.0, False
+            verdict = Verdict(0.0, False, {"error": f"{type(e).__name__}: {e}", "process": 0.0})
             texts[-1] = f"{text}\n[verifier error: {type(e).__name__}: {e}]"
+        score = float(verdict.score)
         rewards.append(reward_fn(task, text, score) if reward_fn is not None else score)
-        passed.append(ok)
-    return np.asarray(rewards, np.float32), np.asarray(passed, bool), texts
+        passed.append(bool(verdict.passed))
+        verdicts.append(verdict)
+    return np.asarray(rewards, np.float32), np.asarray(passed, bool), texts, verdicts, own
 
 
 def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None) -> Trajectories:
-    """Generate rcfg.group_size samples per task and score them."""
+    """Generate rcfg.group_size samples per task and verify them. Rewards are the verifier's scores (the run's
+    reward mixture replaces them: rlpt.pipeline.producer.mix_rewards); reward_fn(task, text, score) -> float
+    sets them instead, as the one component 'reward_fn', and no mixture is applied."""
     from rlpt.sampling import generate
 
     prompts = []
@@ -78,13 +91,15 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None)
     response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     gen_s = time.time() - t0
     t0 = time.time()
-    rewards, passed, texts = verify_all(tok, tasks, rcfg.group_size, response, lengths, reward_fn)
+    rewards, passed, texts, verdicts, own = verify_all(tok, tasks, rcfg.group_size, response, lengths, reward_fn)
     G = rcfg.group_size
+    components = [{"reward_fn": float(r)} for r in rewards] if reward_fn is not None else None
     return Trajectories(tasks=tasks, prompts=[p for p in prompts for _ in range(G)], response=response,
                         lengths=lengths, rollout_logp=np.asarray(out.logprobs, np.float32), rewards=rewards,
                         passed=passed, group_ids=np.repeat(np.arange(len(tasks)), G),
                         truncated=np.array([f != "stop" for f in out.finish_reason]), version=version,
-                        gen_s=gen_s, verify_s=time.time() - t0, texts=texts)
+                        gen_s=gen_s, verify_s=time.time() - t0, texts=texts, verdicts=verdicts, reward_texts=own,
+                        components=components)
 
 
 def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
