@@ -160,6 +160,11 @@ class RolloutConfig:
     # bf16 engine); None: the trainer's model.compute_dtype. The PPO ratio's denominator is then the bf16
     # policy's log-prob (rl.algo.old_logp=rollout), or use old_logp=recompute with rl.algo.correction_level.
     compute_dtype: str | None = None
+    # Single-turn slot refill (rlpt.sampling.refill): decode in a static batch of refill_slots rows (0: half the
+    # rows), prefilling queued samples into rows as they finish, so a few long samples do not hold the whole
+    # batch; each sample draws from the same per-row stream as in one plain batch.
+    refill: bool = False
+    refill_slots: int = num(0, ge=0)
 
 
 @dataclasses.dataclass

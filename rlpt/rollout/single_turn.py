@@ -86,8 +86,15 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None)
                              f"{rcfg.max_prompt_len}")
         prompts.append(ids)
     t0 = time.time()
-    out = generate(model, prompts, rcfg.max_new_tokens, n=rcfg.group_size, temperature=rcfg.temperature,
-                   top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=tuple(tok.eos_ids), seed=seed, keep_state=False)
+    sampling = dict(n=rcfg.group_size, temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p,
+                    stop_ids=tuple(tok.eos_ids), seed=seed)
+    if rcfg.refill:
+        from rlpt.sampling import generate_refill
+
+        slots = rcfg.refill_slots or max(1, len(prompts) * rcfg.group_size // 2)
+        out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling)
+    else:
+        out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, **sampling)
     response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     gen_s = time.time() - t0
     t0 = time.time()
