@@ -9,6 +9,7 @@ from rlpt.eval.heldout import evaluate, heldout_tasks
 from rlpt.observe.observers import default_observers
 from rlpt.observe.report import write_report
 from rlpt.pipeline.cold_start import run as cold_start
+from rlpt.pipeline.judges import run_judges
 from rlpt.pipeline.rl import run_rl
 from rlpt.train.loop import print_summary
 from rlpt.train.sft import domain_mixture, get_tokenizer
@@ -36,14 +37,16 @@ def run(cfg: Config) -> dict:
     sft_eval = eval_model(sft["model"])
     print(f"[eval sft]  held-out pass@1 on the RL domains = {sft_eval['pass1']:.3f}", flush=True)
     rl_dir = os.path.join(cfg.train.out_dir, "rl")
-    rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=rl_dir, evaluate_fn=lambda m: eval_model(m)["pass1"],
-                observers=default_observers(cfg, rl_dir))
+    # judges the reward mixture names (reward=judged: a reward model on the SFT policy's backbone)
+    with run_judges(cfg, tok, sft["model"], cfg.train.out_dir) as judge_info:
+        rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=rl_dir, evaluate_fn=lambda m: eval_model(m)["pass1"],
+                    observers=default_observers(cfg, rl_dir))
     rl_eval = eval_model(rl["model"])
     print(f"[eval rl]   held-out pass@1 on the RL domains = {rl_eval['pass1']:.3f}", flush=True)
     summary = {"experiment": cfg.experiment_name, "base_pass1": base["pass1"], "sft_pass1": sft_eval["pass1"],
                "rl_pass1": rl_eval["pass1"], "rl_gain": rl_eval["pass1"] - sft_eval["pass1"],
                "sft_steps": sft["steps"], "sft_dev_pass1": {s: p for s, p in sft["dev_curve"]},
-               "sft_final_loss": sft["final_loss"], **rl["summary"],
+               "sft_final_loss": sft["final_loss"], **rl["summary"], **judge_info,
                "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
     report = write_report(cfg.train.out_dir, title=f"rlpt run: {cfg.experiment_name}", summary=summary,
