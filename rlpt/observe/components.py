@@ -5,7 +5,7 @@ import dataclasses
 
 import numpy as np
 
-from rlpt.observe.drift import DriftDetector
+from rlpt.observe.drift import DriftDetector, ks_statistic, psi
 
 COMPONENT = "reward_component"  # row keys: reward_component/<name>, reward_component/<domain>/<name>
 JUDGE_PREFIX = "judge_"  # rlpt.rewards.judges.JUDGE_PREFIX (kept here: rlpt.observe does not import judges)
@@ -68,7 +68,8 @@ def run_means(history: list[dict]) -> dict[str, float]:
 @dataclasses.dataclass(frozen=True)
 class HackingAlert:
     """A shaping component of `domain` shifted up (KS / PSI past the drift thresholds) while the verifier's
-    outcome over the same steps did not rise: the policy is being paid for something other than success."""
+    outcome over the same steps did not rise, or a judge's disagreement with the verifier (component
+    'judge_disagreement/<judge>') shifted up: the policy is being paid for something other than success."""
 
     step: int
     domain: str
@@ -87,23 +88,42 @@ class HackingAlert:
 
 
 class RewardAuditObserver:
-    """Feeds each shaping component's values per domain (every component but the outcome's) to a
-    DriftDetector with the run's drift settings; an upward shift while the domain's mean verifier outcome
-    over the detector's window is no higher than over its baseline raises a 'reward_hacking' alert through
-    the AlertSink. Adds reward_share/<domain>/<component> (share of the summed |component| values) to the row."""
+    """The reward-hacking audit. Per domain it follows each shaping component (every component but the
+    outcome's) and, for each judge, the per-sample judge/verifier disagreement. A stream's anchor is its first
+    `baseline` steps (after the start or its last alert); each step its last `window` steps are compared with
+    the anchor (two-sample KS and PSI, rlpt.observe.drift, thresholds as the drift detector's: both must pass,
+    a threshold <= 0 switches its test off). A fixed anchor, unlike the drift detector's rolling baseline, also
+    catches a slow climb. Alert 'reward_hacking' (through the AlertSink) when a shaping component shifted up
+    while the domain's mean verifier outcome over those window steps is no higher than over the anchor's, or
+    when a judge's disagreement with the verifier shifted up. Adds reward_share/<domain>/<component> (share of
+    the summed |component| values) to the row."""
 
-    def __init__(self, detector: DriftDetector, sink):
-        self.detector, self.sink = detector, sink
-        span = detector.window + detector.baseline
-        self.outcome: dict[str, collections.deque] = collections.defaultdict(lambda: collections.deque(maxlen=span))
+    def __init__(self, sink, *, window: int, baseline: int, min_samples: int, bins: int, ks_threshold: float,
+                 psi_threshold: float):
+        DriftDetector(window=window, baseline=baseline, min_samples=min_samples, bins=bins,
+                      ks_threshold=ks_threshold, psi_threshold=psi_threshold)  # the same argument checks
+        self.sink, self.window, self.baseline, self.min_samples, self.bins = sink, window, baseline, min_samples, bins
+        self.ks_threshold, self.psi_threshold = ks_threshold, psi_threshold
+        # stream -> (anchor steps, recent steps); a step is (values (n,), the domain's mean outcome)
+        self.streams: dict[str, tuple[list, collections.deque]] = {}
         self.alert_steps: list[int] = []
+
+    def _test(self, anchor: list, recent) -> tuple[float, float] | None:
+        a = np.concatenate([v for v, _ in anchor])
+        b = np.concatenate([v for v, _ in recent])
+        if a.size < self.min_samples or b.size < self.min_samples:
+            return None
+        ks, p = ks_statistic(a, b), psi(a, b, self.bins)
+        hit = (self.ks_threshold <= 0 or ks > self.ks_threshold) and (self.psi_threshold <= 0 or p > self.psi_threshold)
+        return (ks, p) if hit and b.mean() > a.mean() else None
 
     def on_step(self, step: int, traj, row: dict) -> None:
         if traj.components is None or traj.verdicts is None:
             return
-        for d, v in outcomes(traj).items():
-            self.outcome[d].append(float(v.mean()))
-        streams = {}
+        outcome = {d: float(v.mean()) for d, v in outcomes(traj).items()}
+        passed = np.asarray(traj.passed, bool)
+        domains = np.asarray(_row_domains(traj))
+        feed = {}
         for d, table in component_values(traj).items():
             mags = {n: float(np.abs(v).mean()) for n, v in table.items()}
             norm = sum(mags.values())
@@ -111,20 +131,30 @@ class RewardAuditObserver:
                 if norm > 0:
                     row[f"reward_share/{d}/{n}"] = mags[n] / norm
                 if n not in OUTCOME_COMPONENTS:
-                    streams[f"{d}|{n}"] = v
-        W = self.detector.window
-        for alert in self.detector.update(step, streams):
-            d, n = alert.domain.split("|", 1)
-            hist = list(self.outcome[d])
-            before, after = hist[:-W], hist[-W:]
-            if alert.window_mean <= alert.baseline_mean or not before:
+                    feed[(d, n)] = v
+                if n.startswith(JUDGE_PREFIX):
+                    feed[(d, f"judge_disagreement/{n[len(JUDGE_PREFIX):]}")] = ((v >= 0.5) != passed[domains == d])
+        for (d, n), v in sorted(feed.items()):
+            anchor, recent = self.streams.setdefault(f"{d}|{n}", ([], collections.deque(maxlen=self.window)))
+            item = (np.asarray(v, np.float64), outcome[d])
+            if len(anchor) < self.baseline:
+                anchor.append(item)
                 continue
-            ob, oa = float(np.mean(before)), float(np.mean(after))
-            if oa > ob:
+            recent.append(item)
+            if len(recent) < self.window:
                 continue
-            self.sink.emit("reward_hacking", HackingAlert(step, d, n, alert.ks, alert.psi, alert.baseline_mean,
-                                                          alert.window_mean, ob, oa))
+            shift = self._test(anchor, recent)
+            if shift is None:
+                continue
+            ob, oa = float(np.mean([o for _, o in anchor])), float(np.mean([o for _, o in recent]))
+            if not n.startswith("judge_disagreement/") and oa > ob:
+                continue  # the outcome rose with it: learning, not hacking
+            cb = float(np.concatenate([x for x, _ in anchor]).mean())
+            ca = float(np.concatenate([x for x, _ in recent]).mean())
+            self.sink.emit("reward_hacking", HackingAlert(step, d, n, *shift, cb, ca, ob, oa))
             self.alert_steps.append(step)
+            anchor.clear()  # one alert per shift: a new anchor is collected from the next steps
+            recent.clear()
 
     def close(self) -> dict:
         return {"reward_hacking_alerts": len(self.alert_steps), "reward_hacking_alert_steps": list(self.alert_steps)}

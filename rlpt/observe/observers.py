@@ -139,14 +139,13 @@ def default_observers(cfg, out_dir: str) -> list:
     tb = TBWriter(os.path.join(out_dir, "tb"), filename_suffix=".observe") if ocfg.tensorboard else None
     observers: list = [HealthObserver(tb)]
     if ocfg.drift:
-        def detector():
-            return DriftDetector(window=ocfg.drift_window, baseline=ocfg.drift_baseline,
-                                 min_samples=ocfg.drift_min_samples, bins=ocfg.drift_bins,
-                                 ks_threshold=ocfg.drift_ks_threshold, psi_threshold=ocfg.drift_psi_threshold)
+        settings = dict(window=ocfg.drift_window, baseline=ocfg.drift_baseline, min_samples=ocfg.drift_min_samples,
+                        bins=ocfg.drift_bins, ks_threshold=ocfg.drift_ks_threshold,
+                        psi_threshold=ocfg.drift_psi_threshold)
         sink = AlertSink(out_dir, tb, ocfg.alert_hooks)
         # the audit goes first: DriftObserver.close closes the shared sink
-        observers.append(RewardAuditObserver(detector(), sink))
-        observers.append(DriftObserver(detector(), sink, tb))
+        observers.append(RewardAuditObserver(sink, **settings))
+        observers.append(DriftObserver(DriftDetector(**settings), sink, tb))
     if ocfg.trajectory_log:
         observers.append(TrajectoryLogObserver(os.path.join(out_dir, "trajectories"), ocfg.traj_log_max_bytes,
                                                ocfg.traj_log_max_files))

@@ -12,7 +12,6 @@ from rlpt.config import compose
 from rlpt.config.tasks import RewardComponentConfig, RewardConfig
 from rlpt.observe.alerts import AlertSink
 from rlpt.observe.components import RewardAuditObserver, component_row
-from rlpt.observe.drift import DriftDetector
 from rlpt.pipeline.producer import mix_rewards
 from rlpt.rewards import RewardMixture, RewardModelJudge, Verdict
 from rlpt.rewards.judges import JUDGES, register_judge
@@ -131,16 +130,16 @@ def test_judge_component_shapes_rl(digit_judge, tmp_path):
 def _step(domain_scores, fmt):
     """One step's trajectories: outcome scores and format values, one task of 4 samples in domain 'd'."""
     tasks = [FakeTask("d", "x", "p")]
-    return types.SimpleNamespace(tasks=tasks, group_ids=np.zeros(4, int),
+    return types.SimpleNamespace(tasks=tasks, group_ids=np.zeros(4, int), passed=np.asarray(domain_scores) >= 1.0,
                                  verdicts=[Verdict(s, s >= 1.0, {"process": s}) for s in domain_scores],
                                  components=[{"correctness": s, "format": f} for s, f in zip(domain_scores, fmt)])
 
 
 @pytest.mark.parametrize("outcome_after, alerts", [((0, 0, 0, 0), 1), ((1, 1, 1, 1), 0)])
 def test_shaping_component_paying_while_outcome_falls_alerts(tmp_path, outcome_after, alerts):
-    det = DriftDetector(window=2, baseline=3, min_samples=4, bins=10, ks_threshold=0.3, psi_threshold=0.2)
     sink = AlertSink(str(tmp_path))
-    audit = RewardAuditObserver(det, sink)
+    audit = RewardAuditObserver(sink, window=2, baseline=3, min_samples=4, bins=10, ks_threshold=0.3,
+                                psi_threshold=0.2)
     before = (1, 0, 1, 0)
     for step in range(1, 6):
         late = step > 3
@@ -156,3 +155,23 @@ def test_shaping_component_paying_while_outcome_falls_alerts(tmp_path, outcome_a
         r = recs[0]
         assert r["kind"] == "reward_hacking" and r["component"] == "format" and r["domain"] == "d"
         assert r["component_after"] > r["component_before"] and r["outcome_after"] < r["outcome_before"]
+
+
+def test_judge_disagreement_rising_alerts(tmp_path):
+    """A judge that pays the failures more and more: its disagreement with the verifier climbs slowly, each
+    step only a little above the last (a rolling baseline would follow it), the outcome stays put."""
+    sink = AlertSink(str(tmp_path))
+    audit = RewardAuditObserver(sink, window=2, baseline=3, min_samples=4, bins=10, ks_threshold=0.3,
+                                psi_threshold=0.2)
+    outcome = (1, 0, 0, 0)
+    for step in range(1, 9):
+        k = min(3, step // 2)  # failed samples the judge passes: 0, 1, 1, 2, 2, 3, 3, 3
+        traj = _step(outcome, (0, 0, 0, 0))
+        traj.components = [{"correctness": float(o), "judge_x": 1.0 if (o or i <= k) else 0.0}
+                           for i, o in enumerate(outcome)]
+        audit.on_step(step, traj, {})
+    out = audit.close()
+    sink.close()
+    recs = [json.loads(line) for line in open(sink.path)]
+    # both signs: the judge's pay rose with a flat outcome, and it disagrees with the verifier more
+    assert out["reward_hacking_alerts"] == 2 and {r["component"] for r in recs} == {"judge_disagreement/x", "judge_x"}
