@@ -58,14 +58,34 @@ def _computations(hlo: str) -> dict[str, list[str]]:
     return comps
 
 
-def _trip_count(line: str, cond: list[str]) -> int:
+def _step(body: list[str]) -> int:
+    """The counter increment of a loop body (a scalar integer add of a constant that the body's ROOT tuple carries
+    on): XLA:TPU unrolls some loops (windowed einsums) and steps by 2; 1 when that is not clear."""
+    consts, adds = {}, {}
+    for text in body:
+        m = re.match(r"\s*%?([\w.\-]+) = [su]32\[\]\S* constant\((\d+)\)", text)
+        if m:
+            consts[m.group(1)] = int(m.group(2))
+        m = re.match(r"\s*%?([\w.\-]+) = [su]32\[\]\S* add\(([^)]*)\)", text)
+        if m:
+            adds[m.group(1)] = [a.strip().lstrip("%") for a in m.group(2).split(",")]
+    root = next((t for t in body if t.lstrip().startswith("ROOT") and " tuple(" in t), "")
+    carried = set(re.findall(r"%([\w.\-]+)", root.split(" tuple(", 1)[-1])) if root else set()
+    steps = {consts[a] for name, ops in adds.items() if name in carried for a in ops if a in consts}
+    return steps.pop() if len(steps) == 1 and min(steps | {1}) > 0 else 1
+
+
+def _trip_count(line: str, cond: list[str], body: list[str]) -> int:
     """A while loop's trip count: XLA's known_trip_count, else the one integer constant its condition compares
-    the counter with (lax.scan and fori_loop count from 0 by 1); 1 when neither says (a data-dependent loop)."""
+    the counter with, divided by the counter's step (lax.scan and fori_loop count from 0 by 1; XLA's unrolled
+    loops by more); 1 when neither says (a data-dependent loop)."""
     known = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
     if known:
         return int(known.group(1))
     consts = {int(c) for text in cond for c in re.findall(r"[su]32\[\]\S* constant\((\d+)\)", text)}
-    return consts.pop() if len(consts) == 1 and any("compare(" in t for t in cond) else 1
+    if len(consts) != 1 or not any("compare(" in t for t in cond):
+        return 1
+    return -(-consts.pop() // _step(body))
 
 
 def _multiplicity(comps: dict[str, list[str]]) -> dict[str, float]:
@@ -80,7 +100,7 @@ def _multiplicity(comps: dict[str, list[str]]) -> dict[str, float]:
                 cond_lines = list(comps.get(cond.group(1), [])) if cond else []
                 for callee in re.findall(r"\bcalls=%?([\w.\-]+)", "\n".join(cond_lines)):
                     cond_lines += comps.get(callee, [])
-                calls[name].append((body.group(1), _trip_count(line, cond_lines)))
+                calls[name].append((body.group(1), _trip_count(line, cond_lines, comps.get(body.group(1), []))))
             for key in ("to_apply", "calls", "true_computation", "false_computation"):
                 for callee in re.findall(rf"\b{key}=%?([\w.\-]+)", line):
                     calls[name].append((callee, 1))
