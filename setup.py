@@ -32,6 +32,8 @@ def _lock(name: str) -> list[str]:
 
 # The dev/test stack is pinned to exact versions known to pass (dev-lock.txt); the library keeps ranges.
 DEV = _lock("dev-lock.txt")
+# Compile-only rehearsals for TPU slices on a CPU (python -m rlpt.plan); libtpu must match jaxlib exactly.
+PLAN = ["libtpu==0.0.51"]
 GPU = [
     "jax[cuda12]>=0.10.2,<0.11",
     "jax-triton>=0.4",
@@ -50,5 +52,5 @@ setup(
     package_dir={"rlpt.kernels": "kernels", "rlpt.envs": "envs"},
     include_package_data=True,
     install_requires=CORE,
-    extras_require={"dev": DEV, "gpu": GPU},
+    extras_require={"dev": DEV, "gpu": GPU, "plan": PLAN},
 )
