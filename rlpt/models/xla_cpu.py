@@ -1,11 +1,27 @@
 """Two tools for steering XLA:CPU's fusion and layout choices where a measured profile shows them costly."""
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
+
+# The platform being traced for when it is not this process's backend (a compile-only rehearsal for TPU on a CPU).
+_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("rlpt_compile_target", default=None)
 
 
 def on_cpu() -> bool:
     """The layout work-arounds answer XLA:CPU's choices; other backends compile the plain forms."""
-    return jax.default_backend() == "cpu"
+    return (_TARGET.get() or jax.default_backend()) == "cpu"
+
+
+@contextlib.contextmanager
+def compiling_for(platform: str):
+    """Trace for `platform` ("cpu", "tpu", "gpu") instead of the default backend: on_cpu() answers for it."""
+    token = _TARGET.set(platform)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
 
 
 def materialized(fn, again):

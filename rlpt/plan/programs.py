@@ -1,6 +1,5 @@
 """The programs a run compiles, built abstractly: sharded `jax.ShapeDtypeStruct`s for the train state and batches
 (nothing allocated), and the real jitted train step (SFT / DPO / RL update) and sampler prefill and decode loop."""
-import contextlib
 import dataclasses
 from collections.abc import Callable
 
@@ -45,20 +44,6 @@ def abstract_params(model_cfg: ModelConfig, mesh) -> dict:
     shapes = jax.eval_shape(lambda: init_params(model_cfg, jax.random.key(0)))
     return jax.tree.map(lambda names, s: sds(s.shape, s.dtype, named_sharding(mesh, names, s.shape)),
                         param_axes(model_cfg), shapes, is_leaf=lambda x: isinstance(x, tuple))
-
-
-@contextlib.contextmanager
-def compiling_for(platform: str):
-    """Trace the model for `platform`: rlpt.models picks its XLA:CPU-only rewrites with `on_cpu()`, which asks the
-    process's default backend (CPU here even when compiling for a TPU topology)."""
-    from rlpt.models import decode, transformer
-
-    saved = transformer.on_cpu, decode.on_cpu
-    transformer.on_cpu = decode.on_cpu = (lambda: platform == "cpu")
-    try:
-        yield
-    finally:
-        transformer.on_cpu, decode.on_cpu = saved
 
 
 def abstract_batch(arrays: dict, mesh, num_micro: int) -> dict:

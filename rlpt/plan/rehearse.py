@@ -11,12 +11,12 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from rlpt.models.xla_cpu import compiling_for
 from rlpt.parallel import axis_rules, make_mesh
 from rlpt.plan import analyze
 from rlpt.plan.chips import parse_target, target_devices
 from rlpt.plan.programs import (
     Program,
-    compiling_for,
     decode_state,
     sampler_programs,
     sds,

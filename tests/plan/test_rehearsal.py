@@ -137,3 +137,16 @@ def test_matmul_flops_count_every_trip_of_a_layer_scan():
     looped, once = matmul_flops(compiled.as_text())
     assert looped == expected and once == expected / 3
     assert cost(compiled)["flops"] < 0.5 * expected  # what the cost analysis alone would report
+
+
+def test_compiling_for_a_tpu_drops_the_cpu_rewrites():
+    """A rehearsal traces on a CPU host for a TPU: the model's XLA:CPU-only forms must be off inside it."""
+    from rlpt.models.xla_cpu import compiling_for, on_cpu
+
+    assert on_cpu()  # the test process runs on CPU
+    with compiling_for("tpu"):
+        assert not on_cpu()
+        with compiling_for("cpu"):
+            assert on_cpu()
+        assert not on_cpu()
+    assert on_cpu()
