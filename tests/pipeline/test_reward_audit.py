@@ -15,16 +15,11 @@ from rlpt.observe.components import RewardAuditObserver, component_row
 from rlpt.pipeline.producer import mix_rewards
 from rlpt.rewards import RewardMixture, RewardModelJudge, Verdict
 from rlpt.rewards.judges import JUDGES, register_judge
+from rlpt.tasks.base import Task
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeTask:
-    domain: str
-    id: str
-    prompt: str
-    difficulty: int = 0
-    meta: dict = dataclasses.field(default_factory=dict)
-    env_id: str = "fake"
+def _task(domain: str, id: str, prompt: str) -> Task:
+    return Task(domain, id, prompt, 0, {}, env_id="fake")
 
 
 class TwoStepEnv:
@@ -62,7 +57,7 @@ def test_multi_turn_episodes_scored_by_the_mixture():
     model.params["embed"] = model.params["embed"].at[2].set(model.params["embed"][2] * 40.0)  # short turns
     rcfg = RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=64, max_prompt_len=32,
                          episode_timeout_s=600.0)
-    tasks = [FakeTask("fake", f"t{i}", "unused") for i in range(2)]
+    tasks = [_task("fake", f"t{i}", "unused") for i in range(2)]
     traj = rollout(model, tok, tasks, rcfg, seed=7, version=0, max_turns=3, make_env=lambda t: TwoStepEnv())
     mix = _mixture({"correctness": {"weight": 1.0}, "process": {"weight": 0.5},
                     "length_penalty": {"weight": 0.1, "target_chars": 0, "max_chars": 10}}, clip_high=2.0)
@@ -92,7 +87,7 @@ def digit_judge():
 
 
 def test_judge_disagreement_metric(digit_judge):
-    tasks = [FakeTask("arith/add", "a", "1+1="), FakeTask("strings/rev", "b", "rev ab")]
+    tasks = [_task("arith/add", "a", "1+1="), _task("strings/rev", "b", "rev ab")]
     traj = types.SimpleNamespace(tasks=tasks, group_ids=np.array([0, 0, 1, 1]), passed=np.array([1, 0, 1, 0], bool),
                                  verdicts=[Verdict(float(p), bool(p), {"process": float(p)}) for p in (1, 0, 1, 0)],
                                  reward_texts=["2", "7", "ba", "9"], texts=["2", "7", "ba", "9"], verify_s=0.0,
@@ -129,7 +124,7 @@ def test_judge_component_shapes_rl(digit_judge, tmp_path):
 
 def _step(domain_scores, fmt):
     """One step's trajectories: outcome scores and format values, one task of 4 samples in domain 'd'."""
-    tasks = [FakeTask("d", "x", "p")]
+    tasks = [_task("d", "x", "p")]
     return types.SimpleNamespace(tasks=tasks, group_ids=np.zeros(4, int), passed=np.asarray(domain_scores) >= 1.0,
                                  verdicts=[Verdict(s, s >= 1.0, {"process": s}) for s in domain_scores],
                                  components=[{"correctness": s, "format": f} for s, f in zip(domain_scores, fmt)])
