@@ -301,6 +301,9 @@ def save_params(params: dict, cfg: ModelConfig, folder: str, *, max_shard_bytes:
 
 def _atomic_save(tensors, path, meta):
     save_file(tensors, path + ".tmp", metadata=meta)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path + ".tmp", 0o666 & ~umask)  # safetensors creates the file owner-only; give it open()'s mode
     os.replace(path + ".tmp", path)
 
 
