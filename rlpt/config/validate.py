@@ -74,7 +74,7 @@ def _external() -> dict[type, dict[str, Range]]:
         ModelConfig: {"vocab_size": pos, "hidden_size": pos, "intermediate_size": pos, "num_layers": pos,
                       "num_heads": pos, "num_kv_heads": pos, "head_dim": pos, "max_position_embeddings": pos,
                       "rope_theta": Range(gt=0), "rms_norm_eps": Range(gt=0), "sliding_window": pos,
-                      "initializer_range": nonneg},
+                      "initializer_range": nonneg, "logits_chunk": Range(ge=-1)},
         RopeScaling: {"factor": Range(gt=0), "original_max_position_embeddings": pos, "low_freq_factor": Range(gt=0),
                       "high_freq_factor": Range(gt=0), "beta_fast": Range(gt=0), "beta_slow": Range(gt=0),
                       "mscale": Range(gt=0), "mscale_all_dim": nonneg, "attention_factor": Range(gt=0)},

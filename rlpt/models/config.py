@@ -6,7 +6,20 @@ import jax.numpy as jnp
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 FAMILIES = ("llama", "qwen2", "qwen3")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
+REMAT_POLICIES = ("auto", "none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
+# model.attention_impl / model.remat = "auto" (`resolved_attention_impl`, `resolved_remat`): the fastest settings
+# ("dense", "none") below this many parameters, the memory-safe ones ("blockwise", "full") from it up. Below: the
+# CPU-scale models (tiny presets, qwen_10m, qwen2_100m), kept as fast as before on CPU. Above: every real
+# checkpoint preset (Qwen2.5-0.5B and up; docs/scaling.md: its SFT needs remat on a 16 GiB v5e chip). Long rows
+# on a mid-size model need them too: qwen2_100m's RL update at 8 x 2048 takes 31.8 GiB dense / no remat, 2.8 GiB
+# blockwise / full (scripts/bench/logprob_memory.py): set them explicitly there.
+MEMORY_SAFE_PARAMS = 250_000_000
+# model.logits_chunk = -1 (`logits_chunk_tokens`): the LM head runs chunk by chunk once one loss call's f32
+# logits (tokens x vocab x 4 bytes on a device) would exceed LOGITS_AUTO_BYTES; each chunk then holds at most
+# LOGITS_CHUNK_BYTES of f32 logits. Chunks cost one more LM-head matmul (the backward recomputes their logits),
+# so small heads stay whole: the tiny and qwen_10m benchmark shapes (<= 128 MiB), the planner's test shapes.
+LOGITS_AUTO_BYTES = 512 * 2**20
+LOGITS_CHUNK_BYTES = 128 * 2**20
 
 
 @dataclasses.dataclass(unsafe_hash=True)
@@ -61,9 +74,15 @@ class ModelConfig:
     compute_dtype: str = "float32"
     logits_dtype: str = "float32"
     # "dense": the fused XLA path in rlpt.models.transformer (fastest on CPU for short rows); or any name in
-    # kernels.ATTENTION_IMPLS ("reference", "blockwise", "flash", "ring", "allgather").
-    attention_impl: str = "dense"
-    remat: str = "none"
+    # kernels.ATTENTION_IMPLS ("reference", "blockwise", "flash", "ring", "allgather"); "auto": dense below
+    # MEMORY_SAFE_PARAMS parameters, blockwise from there up (`resolved_attention_impl`).
+    attention_impl: str = "auto"
+    # Per-layer rematerialisation policy (REMAT_POLICIES); "auto": none below MEMORY_SAFE_PARAMS, full above.
+    remat: str = "auto"
+    # LM-head chunking for the losses' token log-probs (rlpt.train.logprobs): -1 auto (chunk when the f32 logits
+    # would pass LOGITS_AUTO_BYTES, in chunks of <= LOGITS_CHUNK_BYTES), 0 off, N > 0 about N tokens per chunk
+    # (per device). Range declared in rlpt.config.validate._external.
+    logits_chunk: int = -1
     scan_layers: bool = True
 
     def __post_init__(self):
@@ -79,11 +98,14 @@ class ModelConfig:
                              f"model.num_kv_heads={self.num_kv_heads}")
         from rlpt import kernels
 
-        if self.attention_impl != "dense" and self.attention_impl not in kernels.ATTENTION_IMPLS:
-            raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'dense' or one of "
+        if self.attention_impl not in ("auto", "dense") and self.attention_impl not in kernels.ATTENTION_IMPLS:
+            raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'auto', 'dense' or one of "
                              f"{sorted(kernels.ATTENTION_IMPLS)}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"model.remat={self.remat!r}; expected one of {REMAT_POLICIES}")
+        if isinstance(self.logits_chunk, bool) or not isinstance(self.logits_chunk, int) or self.logits_chunk < -1:
+            raise ValueError(f"model.logits_chunk={self.logits_chunk!r}; expected -1 (auto), 0 (off) or a token "
+                             "count >= 1")
         if self.head_dim is None:
             if self.hidden_size % self.num_heads:
                 raise ValueError("model.hidden_size must be divisible by model.num_heads when head_dim is unset")
@@ -109,3 +131,31 @@ class ModelConfig:
         n = self.num_params() - self.vocab_size * self.hidden_size * (0 if self.tie_embeddings else 1)
         attn = 2 * self.num_layers * seq_len * self.num_heads * self.head_dim  # QK^T and PV, causal ~1/2 of 2x
         return 3 * (2 * n + attn)
+
+
+def resolved_attention_impl(cfg: ModelConfig) -> str:
+    """cfg.attention_impl with "auto" resolved: "dense" below MEMORY_SAFE_PARAMS parameters, else "blockwise"."""
+    if cfg.attention_impl != "auto":
+        return cfg.attention_impl
+    return "dense" if cfg.num_params() < MEMORY_SAFE_PARAMS else "blockwise"
+
+
+def resolved_remat(cfg: ModelConfig) -> str:
+    """cfg.remat with "auto" resolved: "none" below MEMORY_SAFE_PARAMS parameters, else "full"."""
+    if cfg.remat != "auto":
+        return cfg.remat
+    return "none" if cfg.num_params() < MEMORY_SAFE_PARAMS else "full"
+
+
+def logits_chunk_tokens(cfg: ModelConfig, tokens: int) -> int:
+    """Tokens per LM-head chunk for a loss call over `tokens` tokens per device; 0: run the head unchunked.
+
+    cfg.logits_chunk -1 (auto): unchunked while tokens x vocab f32 logits fit LOGITS_AUTO_BYTES, else the most
+    tokens whose f32 logits fit LOGITS_CHUNK_BYTES (at least one); 0: unchunked; N > 0: N tokens.
+    """
+    if cfg.logits_chunk >= 0:
+        return cfg.logits_chunk
+    row_bytes = 4 * cfg.vocab_size
+    if tokens * row_bytes <= LOGITS_AUTO_BYTES:
+        return 0
+    return max(1, LOGITS_CHUNK_BYTES // row_bytes)

@@ -2,15 +2,15 @@
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.transformer import forward, hidden_states, hidden_states_shared_prefix, logits_from_hidden
+from rlpt.models.transformer import hidden_states, hidden_states_shared_prefix
+from rlpt.train.logprobs import head_logprobs
 
 
 def token_logprobs(params, model_cfg, batch):
-    """log p(target) per position (B, T) f32 for batch inputs/targets/positions/segment_ids."""
-    logits = forward(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
-    logz = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
-    picked = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0].astype(jnp.float32)
-    return picked - logz
+    """log p(target) per position (B, T) f32 for batch inputs/targets/positions/segment_ids; the LM head is
+    chunked per model.logits_chunk (`head_logprobs`)."""
+    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    return head_logprobs(params, model_cfg, hidden, batch["targets"])[0]
 
 
 def sft_loss(model_cfg):
@@ -58,6 +58,7 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None):
     RL row carry no loss, and their logits are most of the head's cost (TRL's `logits_to_keep`).
     group: rows come in groups of this many that share every column before their window (rl.algo.share_prefix):
     the shared columns run once per group (`hidden_states_shared_prefix`); needs a window.
+    The LM head is chunked per model.logits_chunk (`rlpt.train.logprobs.head_logprobs`).
     """
     if group is not None:
         if "window" not in batch:
@@ -67,13 +68,7 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None):
         hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
         if "window" in batch:
             hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
-    targets = in_window(batch, batch["targets"])
-    logits = logits_from_hidden(params, model_cfg, hidden).astype(jnp.float32)
-    logz = jax.nn.logsumexp(logits, axis=-1)
-    logp_all = logits - logz[..., None]
-    picked = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-    return picked, entropy
+    return head_logprobs(params, model_cfg, hidden, in_window(batch, batch["targets"]), entropy=True)
 
 
 def rl_loss(algo_cfg, group_size: int | None = None):
