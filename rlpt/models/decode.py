@@ -10,13 +10,17 @@ the cache is the model's own (`cached_attend`).
 The math is `transformer.hidden_states` with a cache (same dtypes, roundings and cache writes), up to the
 summation order of the products.
 """
+import dataclasses
+import functools
 import math
 
+import jax
 import jax.numpy as jnp
 
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.rope import rope_cos_sin
 from rlpt.models.transformer import (
+    LoraWeight,
     cached_attend,
     gate_up_dtype,
     layer_list,
@@ -31,14 +35,30 @@ from rlpt.parallel.rules import constrain
 COLUMNS = ("act_embed", "batch")  # logical axes of a (D, B) activation
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class DecodeLayout:
+    """`decode_params`' weights, marked as such: the sampler's decode loop (`rlpt.sampling.engine.decode`) runs
+    `decode_logits` on these and the model's own cached forward on plain params."""
+
+    weights: dict
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def decode_layout(params, cfg: ModelConfig) -> DecodeLayout:
+    """`decode_params` in one compiled call (a copy of every weight: build it once per weight version)."""
+    return DecodeLayout(decode_params(params, cfg))
+
+
 def decode_params(params, cfg: ModelConfig) -> dict:
     """The weights as `decode_logits` reads them: per-layer dicts (a list), each projection (out, in) in the
     compute dtype, out-side biases and norm scales as (features, 1) columns; q/k/v biases and QK norms keep
-    their (heads, Dh) layout (they apply after the transpose to rows). Build once per weight sync: outside a
-    decode loop, not inside it (every step would copy every weight)."""
+    their (heads, Dh) layout (they apply after the transpose to rows); a `LoraWeight` is merged. Build once per
+    weight version: outside a decode loop, not inside it (every step would copy every weight)."""
     dt = cfg.dtype
 
     def out_in(w, n_in):  # (in..., out...) with n_in input axes -> (out, in), in the compute dtype
+        w = w.merged() if isinstance(w, LoraWeight) else w
         return w.reshape(math.prod(w.shape[:n_in]), -1).T.astype(dt)
 
     def col(b, dtype=dt):

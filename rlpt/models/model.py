@@ -6,7 +6,7 @@ import jax
 
 from rlpt.models import hf
 from rlpt.models.config import ModelConfig
-from rlpt.models.transformer import forward, init_params, param_axes
+from rlpt.models.transformer import forward, init_params, merged_params, param_axes
 from rlpt.parallel.rules import named_sharding
 
 
@@ -24,6 +24,24 @@ class Model:
 
     config: ModelConfig
     params: dict
+    # Values derived from the weights (e.g. the sampler's CPU decode layout), see `derived`.
+    _derived: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def derived(self, name: str, build):
+        """build(params, config), computed once per weight version and kept on this model.
+
+        A weight version is the exact set of leaf arrays of `params` (JAX arrays are immutable): reassigning
+        `model.params` or any leaf in it rebuilds the value at the next call, as does another config; the
+        value lives as long as this Model (`with_params` and every newly published Model start empty)."""
+        leaves = tuple(jax.tree.leaves(self.params))
+        hit = self._derived.get(name)
+        if hit is not None and hit[0] == self.config and len(hit[1]) == len(leaves) and all(
+                a is b for a, b in zip(hit[1], leaves)):
+            return hit[2]
+        self._derived.pop(name, None)  # drop the stale value before building the new one
+        value = build(self.params, self.config)
+        self._derived[name] = (self.config, leaves, value)
+        return value
 
     def __call__(self, tokens, positions=None, segment_ids=None):
         """Logits (B, T, vocab) for int tokens (B, T); positions default to arange, segment 0 is padding."""
@@ -31,8 +49,9 @@ class Model:
 
     def save_pretrained(self, folder: str, *, dtype: str | None = None, max_shard_bytes: int = 2 << 30,
                         tokenizer=None) -> None:
-        """Write an HF checkpoint folder (config.json + safetensors) that `transformers` loads."""
-        hf.save_params(self.params, self.config, folder, dtype=dtype, max_shard_bytes=max_shard_bytes)
+        """Write an HF checkpoint folder (config.json + safetensors) that `transformers` loads (LoRA-wrapped
+        weights, `LoraWeight`, are written merged)."""
+        hf.save_params(merged_params(self.params), self.config, folder, dtype=dtype, max_shard_bytes=max_shard_bytes)
         if tokenizer is not None:
             tokenizer.save(folder)
 

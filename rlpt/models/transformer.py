@@ -1,4 +1,5 @@
 """The decoder-only transformer as pure functions of a parameter pytree (layers stacked for lax.scan)."""
+import dataclasses
 import functools
 import math
 
@@ -9,7 +10,7 @@ import numpy as np
 from rlpt import kernels
 from rlpt.kernels.mask import attention_mask
 from rlpt.kernels.reference import MASK_VALUE
-from rlpt.models.config import DTYPES, ModelConfig
+from rlpt.models.config import DTYPES, ModelConfig, resolved_attention_impl, resolved_remat
 from rlpt.models.rope import apply_rope, rope_cos_sin
 from rlpt.models.xla_cpu import materialized, on_cpu
 from rlpt.parallel.rules import constrain
@@ -158,11 +159,64 @@ def _add_bias_bwd(b, g):
 add_bias.defvjp(_add_bias_fwd, _add_bias_bwd)
 
 
+@functools.partial(jax.tree_util.register_dataclass, data_fields=("base", "a", "b"), meta_fields=("scale",))
+@dataclasses.dataclass(frozen=True)
+class LoraWeight:
+    """A frozen weight plus a low-rank adapter, applied by `dense` as x @ base + scale * (x @ a) @ b.
+
+    base (in..., out...), a (in..., r), b (r, out...) for one layer, or each with the same leading (layers,)
+    axis (stacked: `lax.scan` and `layer_list` slice all three). Gradients reach a and b only; nothing of
+    base's size is computed in the forward or backward pass."""
+
+    base: jax.Array
+    a: jax.Array
+    b: jax.Array
+    scale: float
+
+    @property
+    def dtype(self):
+        return self.base.dtype
+
+    def merged(self):
+        """base + scale * a @ b, added in f32 and rounded to base's dtype: the weight this stands for."""
+        lead = self.a.ndim + self.b.ndim - 2 - self.base.ndim  # 1 when stacked over layers, else 0
+        n_in = self.a.ndim - 1 - lead
+        shape = self.base.shape
+        a = self.a.reshape(*shape[:lead], math.prod(shape[lead:lead + n_in]), -1).astype(jnp.float32)
+        b = self.b.reshape(*shape[:lead], self.b.shape[lead], -1).astype(jnp.float32)
+        delta = jnp.einsum("...ir,...ro->...io", a, b).reshape(shape)
+        return (self.base.astype(jnp.float32) + self.scale * delta).astype(self.base.dtype)
+
+
+def merged_params(params):
+    """params with every `LoraWeight` replaced by its merged weight (export, the sampler's policy)."""
+    return jax.tree.map(lambda w: w.merged() if isinstance(w, LoraWeight) else w, params,
+                        is_leaf=lambda w: isinstance(w, LoraWeight))
+
+
 def dense(eq, x, w, dtype, out_dtype=None):
     """einsum in the compute dtype, accumulating in f32 (bf16's fast path on XLA:CPU too). The result is in
-    out_dtype (default: the compute dtype). Differentiated through `_dense_vjp`."""
+    out_dtype (default: the compute dtype). Differentiated through `_dense_vjp`. w may be a `LoraWeight`."""
     out_dtype = jnp.dtype(dtype if out_dtype is None else out_dtype)
+    if isinstance(w, LoraWeight):
+        return _lora_dense(eq, x, w, jnp.dtype(dtype), out_dtype)
     return _dense_vjp(eq, x, w, jnp.dtype(dtype), out_dtype)
+
+
+def _lora_dense(eq, x, w: LoraWeight, dtype, out_dtype):
+    """`dense` of a LoraWeight: the frozen product and the rank-r path (x @ a rounded to the compute dtype, as
+    any activation), summed in f32 and rounded once. eq's weight subscripts list base's input axes first."""
+    (xs, ws), out = eq.split("->")[0].split(","), eq.split("->")[1]
+    n_in = w.a.ndim - 1
+    w_in, w_out = ws[:n_in], ws[n_in:]
+    if not set(w_in) <= set(xs) or set(w_out) & set(xs):
+        raise ValueError(f"dense({eq!r}): a LoraWeight's {n_in} input axes must lead the weight's subscripts")
+    r = next(c for c in "rzyxwvu" if c not in eq)
+    rows = "".join(c for c in xs if c not in w_in)
+    base = _frozen_dense_vjp(eq, x, w.base, dtype, jnp.dtype(jnp.float32), jnp.dtype(x.dtype))
+    xa = _dense_vjp(f"{xs},{w_in}{r}->{rows}{r}", x, w.a, dtype, dtype)
+    delta = _dense_vjp(f"{rows}{r},{r}{w_out}->{out}", xa, w.b, dtype, jnp.dtype(jnp.float32))
+    return (base + w.scale * delta).astype(out_dtype)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4))
@@ -193,6 +247,26 @@ def _dense_vjp_bwd(eq, dtype, out_dtype, res, g):
 
 
 _dense_vjp.defvjp(_dense_vjp_fwd, _dense_vjp_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 3, 4, 5))
+def _frozen_dense_vjp(eq, x, w, dtype, out_dtype, x_dtype):
+    """`_dense_vjp` of a frozen weight: the backward computes dx (in x_dtype) only and keeps only w as its
+    residual (no weight gradient: w's cotangent is a symbolic zero)."""
+    return _dense_vjp(eq, x, w, dtype, out_dtype)
+
+
+def _frozen_dense_fwd(eq, x, w, dtype, out_dtype, x_dtype):
+    return _dense_vjp(eq, x, w, dtype, out_dtype), w
+
+
+def _frozen_dense_bwd(eq, dtype, out_dtype, x_dtype, w, g):
+    (xs, ws), out = eq.split("->")[0].split(","), eq.split("->")[1]
+    dx = jnp.einsum(f"{out},{ws}->{xs}", g.astype(dtype), w.astype(dtype), preferred_element_type=jnp.float32)
+    return dx.astype(x_dtype), None
+
+
+_frozen_dense_vjp.defvjp(_frozen_dense_fwd, _frozen_dense_bwd)
 
 
 def _weight_grad(xs, out, ws, x, g):
@@ -464,14 +538,15 @@ def _output_projection(cfg, lp, out):
 def _attention(cfg, q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids, *, self_attention=False):
     """Cache-less causal attention of q over k/v (B, S, KV, Dh) by cfg.attention_impl; self_attention: q and
     k/v are the same columns (dense attention then skips the blocks above the diagonal, `causal_chunks`)."""
-    if cfg.attention_impl == "dense" and self_attention:
+    impl = resolved_attention_impl(cfg)
+    if impl == "dense" and self_attention:
         return dense_self_attention(q, k, v, q_positions, q_segment_ids, sliding_window=cfg.sliding_window)
-    if cfg.attention_impl == "dense":
+    if impl == "dense":
         return dense_attention(q, k, v, q_positions, kv_positions, q_segment_ids, kv_segment_ids,
                                sliding_window=cfg.sliding_window)
     return kernels.attention(q, k, v, q_positions=q_positions, kv_positions=kv_positions,
                              q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids, causal=True,
-                             sliding_window=cfg.sliding_window, impl=cfg.attention_impl)
+                             sliding_window=cfg.sliding_window, impl=impl)
 
 
 def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cache_index, window=None):
@@ -625,8 +700,9 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
 
 def _run_layers(cfg, body, carry, layers):
     """carry through body(carry, layer_params) for every layer: remat per cfg.remat, lax.scan or unrolled."""
-    if cfg.remat != "none":
-        body = jax.checkpoint(body, policy=_REMAT[cfg.remat], prevent_cse=not cfg.scan_layers)
+    remat = resolved_remat(cfg)
+    if remat != "none":
+        body = jax.checkpoint(body, policy=_REMAT[remat], prevent_cse=not cfg.scan_layers)
     if cfg.scan_layers:
         return jax.lax.scan(lambda c, lp: (body(c, lp), None), carry, layers)[0]
     for lp in layer_list(layers):

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from rlpt.models.config import ModelConfig
+from rlpt.models.config import ModelConfig, resolved_remat
 from rlpt.models.transformer import init_params, param_axes
 from rlpt.parallel.rules import logical_spec, named_sharding
 from rlpt.train.packing import fit_width
@@ -79,14 +79,14 @@ def train_flops(m: ModelConfig, body_tokens: float, head_tokens: float, attn_fwd
     """6 N T for the trained forward+backward (body, head and attention x3), + one forward per extra pass
     (a KL reference), + the recomputed forward under remat."""
     fwd = 2 * body_params(m) * body_tokens + 2 * m.vocab_size * m.hidden_size * head_tokens + attn_fwd
-    recompute = 2 * body_params(m) * body_tokens + attn_fwd if m.remat == "full" else 0.0
+    recompute = 2 * body_params(m) * body_tokens + attn_fwd if resolved_remat(m) == "full" else 0.0
     return 3 * fwd + recompute + forwards_only * fwd
 
 
 def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
     """The stage's train step as the stage builds it (`rlpt.train.step.build_train_step`), with abstract state."""
     from rlpt.train.loop import state_shardings
-    from rlpt.train.lora import init_lora, merge_lora
+    from rlpt.train.lora import init_lora, lora_params
     from rlpt.train.optim import make_optimizer
     from rlpt.train.state import create_state
     from rlpt.train.step import build_train_step
@@ -152,8 +152,8 @@ def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
         trainable = jax.tree.map(lambda names, s: sds(s.shape, s.dtype, named_sharding(mesh, names, s.shape)),
                                  lora_axes(cfg.lora), shapes, is_leaf=lambda x: isinstance(x, tuple))
 
-        def params_fn(adapters, fr):
-            return merge_lora(fr["base"], adapters, cfg.lora)
+        def params_fn(adapters, fr):  # as make_trainer: the adapters applied in the forward pass, not merged
+            return lora_params(fr["base"], adapters, cfg.lora)
     shardings = state_shardings(optimizer, trainable, frozen, mesh)
     state = with_shardings(jax.eval_shape(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
                                           trainable, frozen), shardings)

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from rlpt.models.xla_cpu import compiling_for
+from rlpt.models.config import resolved_remat
+from rlpt.models.xla_cpu import compiling_for, on_cpu
 from rlpt.parallel import axis_rules, make_mesh
 from rlpt.plan import analyze
 from rlpt.plan.chips import parse_target, target_devices
@@ -134,6 +135,21 @@ def compile_oom(prog: Program, ctx: dict, error: str, compile_s: float) -> dict:
     }
 
 
+def decode_weights_of(params, cfg):
+    """The weights the decode loop reads (`rlpt.sampling.engine.decode_weights`) for abstract sharded params. Off
+    CPU they are the params themselves, cast once to the compute dtype when stored wider (the shardings are the
+    params'); the CPU-only feature-major layout is not planned (cpu:N targets plan the plain params)."""
+    from rlpt.models import Model
+    from rlpt.sampling import engine
+
+    if on_cpu():
+        return params
+    shapes = jax.eval_shape(lambda p: engine.decode_weights(Model(cfg, p)), params)
+    if jax.tree.structure(shapes) != jax.tree.structure(params):
+        raise ValueError("decode_weights changed the parameter tree off CPU; the rehearsal cannot place it")
+    return jax.tree.map(lambda s, p: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=p.sharding), shapes, params)
+
+
 def rehearse(cfg) -> dict:
     """Compile cfg.stage's train step (and with cfg.plan.sampler the sampler's prefill and decode loop) for
     cfg.target on cfg.mesh; returns the summary dict (`fits`, per-program results, advice)."""
@@ -168,7 +184,7 @@ def rehearse(cfg) -> dict:
             else:
                 state = decode_state(prefill, mesh)
             scalar = sds((), jnp.int32, NamedSharding(mesh, P()))
-            decode.args = (prefill.args[0], state, scalar, scalar)
+            decode.args = (decode_weights_of(prefill.args[0], decode.kwargs["cfg"]), state, scalar, scalar)
             with jax.set_mesh(mesh):
                 res, _ = compile_program(decode, ctx)
             programs.append(res)
@@ -186,7 +202,7 @@ def rehearse(cfg) -> dict:
         "model": {"family": model_cfg.family, "params": model_cfg.num_params(), "layers": model_cfg.num_layers,
                   "hidden": model_cfg.hidden_size, "vocab": model_cfg.vocab_size,
                   "param_dtype": model_cfg.param_dtype, "compute_dtype": model_cfg.compute_dtype,
-                  "remat": model_cfg.remat},
+                  "remat": resolved_remat(model_cfg)},
         "programs": programs,
         "wall_s": round(time.time() - t0, 1),
     }

@@ -2,6 +2,8 @@
 import json
 import os
 
+from rlpt.models.config import resolved_remat
+
 GiB = 2**30
 
 
@@ -37,7 +39,7 @@ def advice(cfg, summary: dict) -> list[str]:
                        "per micro-batch (optim.grad_accum), model.logits_dtype=bfloat16 (half their bytes)")
         if p["program"] in ("train_step", "rl_update", "dpo_step") and m["temporaries"] > 0.3 * cap:
             A = cfg.optim.grad_accum
-            if cfg.model.remat == "none":
+            if resolved_remat(cfg.model) == "none":
                 out.append("  activations: model.remat=full (recompute each layer in the backward pass; ~+33% FLOPs)"
                            " or model.remat=dots_saveable")
             out.append(f"  activations: optim.grad_accum={2 * A} (half the rows per micro-batch; same step)")

@@ -4,8 +4,9 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.decode import decode_logits, decode_params
-from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden
+from rlpt.models.decode import DecodeLayout, decode_layout, decode_logits
+from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden, merged_params
+from rlpt.models.xla_cpu import on_cpu
 from rlpt.sampling.methods import row_uniforms, sample
 from rlpt.sampling.sharding import constrain_cache
 from rlpt.sampling.state import CACHE_FULL, LENGTH, RUNNING, STOP, SamplingState, empty_state
@@ -62,15 +63,51 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     return emit(state, logits, methods, stop_ids)
 
 
-def decode_step(dparams, cfg, methods, stop_ids, state: SamplingState, window=None) -> SamplingState:
+def decode_weights(model):
+    """The weights `decode` reads for `model`, chosen once per generation (`on_cpu()`, which honours
+    `xla_cpu.compiling_for`): on CPU the feature-major `DecodeLayout` (a copy of every weight, measured faster
+    on XLA:CPU), built once per weight version and kept on the model (`Model.derived`); on other backends the
+    params as they are (decode runs the model's own cached forward; the per-layer slices fuse into its matmuls),
+    except that matrices stored wider than the compute dtype (an f32 policy sampled in bf16) are cast once per
+    weight version, not read wide and converted at every decoded token."""
+    if on_cpu():
+        return model.derived("decode_layout", decode_layout)
+    if all(jnp.dtype(model.params["layers"][w].dtype) == jnp.dtype(model.config.dtype) for w in _MATRICES):
+        return model.params
+    return model.derived("decode_matrices", _matrices_in_compute_dtype)
+
+
+_MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")  # the layers' weights `dense` contracts
+
+
+def _matrices_in_compute_dtype(params, cfg):
+    """params with the embedding, head and layer matrices in the compute dtype, the dtype `dense` and the embedding
+    lookup cast them to anyway (the same results); norms and biases keep theirs (f32 bias adds stay f32)."""
+    params = merged_params(params)
+    cast = {k: params[k].astype(cfg.dtype) for k in ("embed", "lm_head") if k in params}
+    layers = dict(params["layers"], **{w: params["layers"][w].astype(cfg.dtype) for w in _MATRICES})
+    return dict(params, layers=layers, **cast)
+
+
+def _step_logits(weights, cfg, tokens, positions, segment_ids, cache, window):
+    """Logits (B, V) of one new token per row (B,) and the new cache: `decode_logits` on a `DecodeLayout`, the
+    model's cached forward (T = 1, as prefill and append run it) on plain params."""
+    if isinstance(weights, DecodeLayout):
+        return decode_logits(weights.weights, cfg, tokens, positions, segment_ids, cache, window)
+    hidden, cache = hidden_states(weights, cfg, tokens[:, None], positions[:, None], segment_ids[:, None],
+                                  cache=cache, cache_window=window)
+    return logits_from_hidden(weights, cfg, hidden)[:, 0], cache
+
+
+def decode_step(weights, cfg, methods, stop_ids, state: SamplingState, window=None) -> SamplingState:
     """Write every live row's last token into the cache and draw the next one.
 
-    dparams: `rlpt.models.decode.decode_params(params, cfg)`, made outside the loop (see `decode`); window: attend
-    to the first `window` cache slots only (they must hold every slot written so far and in this step).
+    weights: `decode_weights(model)` (see `decode`); window: attend to the first `window` cache slots only (they
+    must hold every slot written so far and in this step).
     """
     active = ~state.done
-    logits, cache = decode_logits(dparams, cfg, state.last_token, state.positions, active.astype(jnp.int32),
-                                  state.cache, window)
+    logits, cache = _step_logits(weights, cfg, state.last_token, state.positions, active.astype(jnp.int32),
+                                 state.cache, window)
     # Finished rows wrote a segment-0 (invisible) token into their next free slot; do not advance them.
     cache = constrain_cache(dict(cache, index=jnp.where(active, cache["index"], state.cache["index"])))
     state = state.replace(cache=cache, positions=state.positions + active, step=state.step + 1)
@@ -78,22 +115,20 @@ def decode_step(dparams, cfg, methods, stop_ids, state: SamplingState, window=No
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "window"), donate_argnames=("state",))
-def decode(params, state: SamplingState, target_done, max_steps, *, cfg, methods, stop_ids,
+def decode(weights, state: SamplingState, target_done, max_steps, *, cfg, methods, stop_ids,
            window=None) -> SamplingState:
     """Decode until at least target_done rows are done or max_steps steps ran (both dynamic scalars).
 
-    window (static): attention reads the first `window` cache slots only; the caller guarantees that every row's
-    index stays below it for these max_steps steps (`generate` decodes in phases of growing windows)."""
-    # The weights in decode_step's layout, made once per call (inside the loop every step would copy them).
-    dparams = decode_params(params, cfg)
-
+    weights: `decode_weights(model)`, made once per weight version, not per call. window (static): attention
+    reads the first `window` cache slots only; the caller guarantees that every row's index stays below it for
+    these max_steps steps (`generate` decodes in phases of growing windows)."""
     def cond(carry):
         s, k = carry
         return (jnp.sum(s.done) < target_done) & (k < max_steps)
 
     def body(carry):
         s, k = carry
-        return decode_step(dparams, cfg, methods, stop_ids, s, window), k + 1
+        return decode_step(weights, cfg, methods, stop_ids, s, window), k + 1
 
     state, _ = jax.lax.while_loop(cond, body, (state, jnp.zeros((), jnp.int32)))
     return state

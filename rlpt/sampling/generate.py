@@ -138,8 +138,9 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
         state = engine.prefill(params, tokens, lengths, limits, seed_key(seed),
                                np.arange(len(prompts) * n, dtype=np.uint32), cfg=cfg, methods=methods,
                                stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width)
+        weights = engine.decode_weights(model)
         for steps, window in decode_phases(int(lengths.max()), width, cache_len, decode_phase):
-            state = engine.decode(params, state, len(prompts) * n, steps, cfg=cfg, methods=methods,
+            state = engine.decode(weights, state, len(prompts) * n, steps, cfg=cfg, methods=methods,
                                   stop_ids=stop_ids, window=window)
     return to_generation(state, keep_state)
 
@@ -227,7 +228,8 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
         state = engine.append(params, state, feed, feed_lengths, limits, cfg=cfg, methods=methods,
                               stop_ids=stop_ids, width=width)
         filled = int((index + feed_lengths).max())  # every row's data lies below its own index
+        weights = engine.decode_weights(model)
         for steps, window in decode_phases(filled, width, capacity + 1, decode_phase):
-            state = engine.decode(params, state, R, steps, cfg=cfg, methods=methods, stop_ids=stop_ids,
+            state = engine.decode(weights, state, R, steps, cfg=cfg, methods=methods, stop_ids=stop_ids,
                                   window=window)
     return to_generation(state, keep_state)

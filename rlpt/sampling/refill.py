@@ -60,6 +60,7 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     queue = list(range(R))
     owners = np.full(slots, -1)
     with _mesh_scope(mesh):
+        weights = engine.decode_weights(model)
         first = queue[:slots]
         del queue[:slots]
         state = prefill_rows(first, slots)
@@ -90,7 +91,7 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
             target = done_now + 1 if queue else slots
             # every live row's data lies below its own index; finished rows' writes are never read
             window, steps = next_window(int(host["index"][~host["done"]].max()), cache_len, decode_phase)
-            state = engine.decode(params, state, target, width if steps is None else min(steps, width),
+            state = engine.decode(weights, state, target, width if steps is None else min(steps, width),
                                   window=window, **static)
     return Generation(tokens=out_tokens, logprobs=out_raw, sampling_logprobs=out_lp, lengths=out_len,
                       finish_reason=out_finish)
