@@ -3,6 +3,7 @@ import glob
 import json
 import os
 
+from rlpt.envs.base import render_prompt
 from rlpt.tasks.contamination import check_contamination
 
 
@@ -33,7 +34,8 @@ def _task_texts(patterns: list[str], per_domain: int) -> list[str]:
         dom = get_domain(name)
         for seed in range(per_domain):
             task = dom.generate(seed, dom.tiers[seed % len(dom.tiers)])
-            texts.append(f"{task.prompt}\n{task.meta['answer']}")
+            answer = task.meta.get("answer")  # a prompt file's rows may carry none
+            texts.append(render_prompt(task.prompt) + ("" if answer is None else f"\n{answer}"))
     return texts
 
 
@@ -63,7 +65,7 @@ def report(tasks, train: dict[str, list[str]], n: int = 13) -> list[dict]:
     rows = []
     for source, texts in train.items():
         for domain, items in by_domain.items():
-            rep = check_contamination(texts, [t.prompt for t in items], n=n)
+            rep = check_contamination(texts, [render_prompt(t.prompt) for t in items], n=n)
             rows.append({"source": source, "domain": domain, "n_eval": rep.n_eval, "n_train": rep.n_train,
                          "exact": len(rep.exact), "ngram": len(rep.ngram), "contaminated": rep.contaminated,
                          "rate": rep.contaminated / max(1, rep.n_eval), "max_overlap": rep.max_overlap,

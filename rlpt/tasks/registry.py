@@ -17,6 +17,13 @@ def register(domain: Domain) -> Domain:
     return domain
 
 
+def unregister(name: str) -> Domain:
+    """Remove a registered domain and return it (tests that register RL prompt files clean up with it)."""
+    if name not in _DOMAINS:
+        raise KeyError(f"domain {name!r} is not registered")
+    return _DOMAINS.pop(name)
+
+
 def _load() -> None:
     global _LOADED
     if _LOADED:

@@ -33,4 +33,6 @@ def split_report(domain: str, tier: int, n_train: int = 200, n_eval: int = 50, n
     """Contamination of the shipped eval set of (domain, tier) by n_train training tasks."""
     train = train_set(domain, tier, n_train)
     evals = eval_set(domain, tier, n_eval)
-    return check_contamination([t.prompt for t in train], [t.prompt for t in evals], n=n)
+    from rlpt.envs.base import render_prompt  # chat-message prompts (prompt files) as text
+
+    return check_contamination([render_prompt(t.prompt) for t in train], [render_prompt(t.prompt) for t in evals], n=n)

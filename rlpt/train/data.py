@@ -112,8 +112,13 @@ class SFTData:
         self.sources = {}
         for name in self.names:
             src: SourceConfig = cfg.sources[name]
-            if src.kind == "jsonl":
-                rows = read_jsonl(src.path, tok)
+            if src.kind in ("jsonl", "rl_jsonl"):
+                if src.kind == "jsonl":
+                    rows = read_jsonl(src.path, tok)
+                else:  # an RL prompt file: its answered train-split rows are the demonstrations
+                    from rlpt.tasks.files import demonstrations
+
+                    rows = demonstrations(src.path, tok)
                 if cfg.easy_to_hard:
                     rows = sorted(rows, key=lambda r: r[2])
                 self.sources[name] = rows
@@ -121,10 +126,13 @@ class SFTData:
                 if not domains:
                     raise ValueError(f"data.sources.{name}: kind 'tasks' needs a non-empty domain mixture")
                 names, weights, tiers = domains
+                from rlpt.tasks.files import require_answers
+
+                require_answers(names)  # RL prompt files in the mixture: every train row needs a gold answer
                 self.sources[name] = TaskSource(tok, names, np.asarray(weights) / np.sum(weights), tiers, seed,
                                                 cfg.easy_to_hard, total_steps * cfg.batch_size * 4, cfg.noise)
             else:
-                raise ValueError(f"data.sources.{name}.kind={src.kind!r}; expected 'jsonl' or 'tasks'")
+                raise ValueError(f"data.sources.{name}.kind={src.kind!r}; expected 'jsonl', 'tasks' or 'rl_jsonl'")
         self.state = {"cursor": 0, "counters": {n: 0 for n in self.names}, "deferred": [],
                       "dropped": 0, "truncated": 0, "batches": 0}
         stages = [tuple(int(x) for x in st) for st in cfg.length_stages]

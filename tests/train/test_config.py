@@ -9,7 +9,7 @@ from rlpt.config import Config, compose
 
 CONF = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "conf")
 GROUPS = sorted(d for d in os.listdir(CONF) if os.path.isdir(os.path.join(CONF, d)))
-EXTRA = {("data", "jsonl"): ["data.sources.main.path=/tmp/x.jsonl"]}
+EXTRA = {("data", "jsonl"): ["data.sources.main.path=/tmp/x.jsonl"], ("data", "rl_jsonl"): ["data.path=/tmp/x.jsonl"]}
 
 
 def _options():
