@@ -58,9 +58,10 @@ class LoraConfig:
 
 @dataclasses.dataclass
 class SourceConfig:
-    """One SFT data source: a JSONL file (prompt/completion or messages) or procedural tasks."""
+    """One data source: a JSONL file (prompt/completion or messages), procedural tasks, or an RL prompt file
+    (rl_jsonl: a registered file/<stem> domain for RL; its answered train rows are SFT demonstrations)."""
 
-    kind: str = choice("tasks", "tasks", "jsonl")
+    kind: str = choice("tasks", "tasks", "jsonl", "rl_jsonl")
     path: str = ""
     weight: float = num(1.0, ge=0)
     replay: bool = False  # general data mixed in against forgetting
@@ -86,6 +87,8 @@ class DataConfig:
     length_stages: list[Any] = dataclasses.field(default_factory=list)
     noise: float = num(0.0, ge=0, le=1)  # share of task demonstrations given another task's answer (a noisy teacher)
     tokenizer: str = "builtin"  # builtin | a tokenizer folder
+    path: str = ""  # data=rl_jsonl: the RL prompt file (docs/rl_data.md), read by its source's ${data.path}
+    with_domains: bool = True  # the task mixture holds the `domains` group's domains besides rl_jsonl files
 
 
 @dataclasses.dataclass
@@ -321,4 +324,8 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "con
     with initialize_config_dir(config_dir=os.path.abspath(conf_dir), version_base="1.3"):
         cfg = OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
     validate(cfg)
+    if isinstance(cfg, Config):
+        from rlpt.train.source import check_checkpoint_source
+
+        check_checkpoint_source(cfg, list(overrides))
     return cfg

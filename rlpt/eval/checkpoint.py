@@ -59,11 +59,9 @@ def load_policy(path: str):
             directory = os.path.join(path, sub)
             if os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory)):
                 params, step = _orbax_params(cfg, directory)
-                model_cfg = cfg.model
-                if cfg.train.init_from:
-                    from rlpt.models import config_from_hf
+                from rlpt.train.source import model_config
 
-                    model_cfg = config_from_hf(cfg.train.init_from)
+                model_cfg = model_config(cfg)
                 return Model(model_cfg, params), _tokenizer(path, cfg), f"orbax:{os.path.abspath(directory)}@{step}"
     raise FileNotFoundError(
         f"checkpoint={path}: neither an HF folder (config.json + safetensors), a run folder with an hf/ export "

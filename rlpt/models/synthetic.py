@@ -23,11 +23,13 @@ from rlpt.models.config import ModelConfig
 from rlpt.models.model import init_model
 from rlpt.models.tokenizer import GENERATION_CONFIG_FILE, TOKENIZER_FILE, Tokenizer, from_parts
 
-# Shapes. "100m": ~98M parameters (a quarter-width Qwen2.5-0.5B with a 32k vocabulary); "tiny": ~2.2M, for tests.
+# Shapes. "100m": ~102M parameters, Qwen2.5-0.5B made narrower (512) and shallower (8 layers) but keeping its
+# 151,936-row vocabulary (so the LM head and logits weigh at the scale of real Qwen2 models: 76% of the parameters);
+# "tiny": ~2.2M with a 32,768-row vocabulary, for tests.
 SIZES = {
-    "100m": ModelConfig(family="qwen2", vocab_size=32768, hidden_size=768, intermediate_size=2048, num_layers=12,
-                        num_heads=12, num_kv_heads=2, head_dim=64, qkv_bias=True, tie_embeddings=True,
-                        max_position_embeddings=2048),
+    "100m": ModelConfig(family="qwen2", vocab_size=151936, hidden_size=512, intermediate_size=1536, num_layers=8,
+                        num_heads=8, num_kv_heads=2, head_dim=64, qkv_bias=True, tie_embeddings=True,
+                        max_position_embeddings=2048, rope_theta=1000000.0),
     "tiny": ModelConfig(family="qwen2", vocab_size=32768, hidden_size=64, intermediate_size=176, num_layers=2,
                         num_heads=4, num_kv_heads=2, head_dim=16, qkv_bias=True, tie_embeddings=True,
                         max_position_embeddings=2048),

@@ -28,9 +28,9 @@ def run(cfg: Config) -> dict:
     sft_cfg = dataclasses.replace(
         cfg, domains=sft_domains, data=dataclasses.replace(cfg.data, noise=cfg.rl.sft_noise),
         train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps, eval_every=0))
-    from rlpt.models import init_model
+    from rlpt.train.source import base_model
 
-    base = eval_model(init_model(cfg.model, cfg.train.seed))
+    base = eval_model(base_model(cfg))  # the model the cold start starts from (train.init_from or a fresh init)
     print(f"[eval base] held-out pass@1 on the RL domains = {base['pass1']:.3f}", flush=True)
     sft_mixture = domain_mixture(sft_cfg)
     sft = cold_start(sft_cfg, tok, sft_mixture, max_new_tokens=cfg.rl.rollout.max_new_tokens)

@@ -212,6 +212,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     logging, observers), evaluation excluded.
     """
     from rlpt.tasks.curriculum import build_curriculum
+    from rlpt.tasks.files import rl_domains
 
     if cfg.rl.mode not in ("sync", "async"):
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
@@ -225,7 +226,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     share = shared_prefix_group(cfg)
     trainer = make_trainer(rcfg, rl_loss(algo, share), init=init_model, extra_frozen=frozen, donate=not asynchronous)
     check_shared_prefix_mesh(cfg, trainer.mesh)
-    curriculum = build_curriculum(cfg.curriculum, cfg.domains)
+    # the run's task mixture: the domains group and/or prompt files (data=rl_jsonl), as domain_mixture reads it
+    curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
     cstate = curriculum.init_state()
     meta = maybe_resume(trainer)
     if meta is not None:

@@ -35,6 +35,17 @@ def main(dcfg) -> None:
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     cfg = OmegaConf.to_object(dcfg)
+    if cfg.train.init_from:  # plan a checkpoint's own architecture (config.json; only its shapes are read)
+        import dataclasses
+
+        from rlpt.train.source import check_checkpoint_source, model_config
+
+        try:
+            check_checkpoint_source(cfg, list(HydraConfig.get().overrides.task))
+            cfg = dataclasses.replace(cfg, model=model_config(cfg))
+        except ValueError as e:  # a conflicting override, or a folder whose config.json cannot be read
+            print(f"error: {e}", file=sys.stderr)
+            sys.exit(2)
     try:
         summary = rehearse(cfg)
     except TargetError as e:

@@ -20,7 +20,7 @@ def warm_start(cfg: Config):
     """The starting policy: SFT on a teacher with pref.sft_noise for pref.sft_steps (cfg.optim, cfg.data; run
     folder <out_dir>/sft, exported to <out_dir>/sft/hf for reuse as train.init_from), else train.init_from or
     a random init."""
-    from rlpt.models import init_model, load_pretrained
+    from rlpt.train.source import base_model
 
     p = cfg.pref
     if p.sft_steps > 0:
@@ -31,10 +31,7 @@ def warm_start(cfg: Config):
             train=dataclasses.replace(cfg.train, steps=p.sft_steps, eval_every=0, export_hf=True,
                                       out_dir=os.path.join(cfg.train.out_dir, "sft")))
         return run_sft(sft_cfg, print_result=False)["model"]
-    if cfg.train.init_from:
-        return load_pretrained(cfg.train.init_from, param_dtype=cfg.model.param_dtype,
-                               compute_dtype=cfg.model.compute_dtype)
-    return init_model(cfg.model, cfg.train.seed)
+    return base_model(cfg)
 
 
 def sequence_logps(params, model_cfg, batch: dict, prefix: str) -> jax.Array:

@@ -15,6 +15,7 @@ from rlpt.preference.common import joint_logps, sub_config, warm_start
 from rlpt.preference.data import batch_indices, pair_arrays
 from rlpt.preference.pairs import make_pairs
 from rlpt.train.loop import Progress, make_trainer, maybe_resume, print_summary, to_float
+from rlpt.train.source import export_checkpoint
 
 REF_MODES = ("precompute", "online")
 
@@ -149,8 +150,9 @@ def run(cfg: Config) -> dict:
         tb.close()
         mlog.close()
     if cfg.train.export_hf and jax.process_index() == 0:
-        policy.save_pretrained(os.path.join(cfg.train.out_dir, "hf"), tokenizer=tok)
-    summary = {"stage": "dpo", "experiment": cfg.experiment_name, "loss": p.loss, "ref": p.ref,
+        export_checkpoint(policy, tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)
+    summary = {"stage": "dpo", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
+               "tokenizer": tok.source, "vocab_size": policy.config.vocab_size, "loss": p.loss, "ref": p.ref,
                "source": p.source, "rounds": p.rounds, "steps_per_round": p.steps,
                "pass1_before": before["pass1"], "pass1_after": after["pass1"],
                "pass1_gain": after["pass1"] - before["pass1"], "pass1_rounds": rounds,

@@ -11,7 +11,7 @@ import numpy as np
 
 from rlpt.algos import gae_advantages, get_policy_loss, kl_in_reward, masked_whiten, value_loss
 from rlpt.config.schema import Config
-from rlpt.models.transformer import hidden_states, logits_from_hidden
+from rlpt.models.transformer import hidden_states
 from rlpt.observe.tensorboard import TBWriter
 from rlpt.parallel import axis_rules
 from rlpt.preference.common import sub_config, warm_start
@@ -19,18 +19,19 @@ from rlpt.preference.heads import head_values, init_head, make_head_trainer
 from rlpt.preference.reward_model import RewardModel, train_reward_model
 from rlpt.rollout.format import prompt_ids, response_text
 from rlpt.rollout.single_turn import rollout, to_rows
+from rlpt.train.logprobs import head_logprobs
 from rlpt.train.loop import Progress, maybe_resume, print_summary, to_float
+from rlpt.train.source import export_checkpoint
 
 
 def logps_values(params: dict, model_cfg, batch: dict) -> tuple[jax.Array, jax.Array]:
     """(log p(target) (B, T), value head V(s_t) (B, T)) from one forward of params {"lm", "head"}; the
     value head is a probe on the policy's detached hidden states."""
     hidden, _ = hidden_states(params["lm"], model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
-    logits = logits_from_hidden(params["lm"], model_cfg, hidden).astype(jnp.float32)
-    picked = jnp.take_along_axis(logits, batch["targets"][..., None], axis=-1)[..., 0]
+    logp, _ = head_logprobs(params["lm"], model_cfg, hidden, batch["targets"])
     # The value head reads detached features: value-loss gradients (large while the head is fresh) would
     # otherwise flow into the shared backbone and move the policy.
-    return picked - jax.nn.logsumexp(logits, axis=-1), head_values(params["head"], jax.lax.stop_gradient(hidden))
+    return logp, head_values(params["head"], jax.lax.stop_gradient(hidden))
 
 
 def ppo_loss(pcfg):
@@ -113,6 +114,7 @@ def run(cfg: Config) -> dict:
     before and after."""
     from rlpt.eval.heldout import heldout_tasks
     from rlpt.tasks.curriculum import build_curriculum
+    from rlpt.tasks.files import rl_domains
     from rlpt.train.sft import domain_mixture, get_tokenizer
 
     t0 = time.time()
@@ -140,7 +142,7 @@ def run(cfg: Config) -> dict:
         logps_values({"lm": frozen["ref"], "head": params["head"]}, policy.config, rows)[0],
         logps_values(params, policy.config, rows)[1]))
     meta = maybe_resume(trainer)
-    curriculum = build_curriculum(cfg.curriculum, cfg.domains)
+    curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
     cstate = curriculum.init_state() if meta is None else _decode(meta["curriculum"])
     start = int(trainer.state.step) // p.ppo_epochs
     row_len = rcfg.max_prompt_len + rcfg.max_new_tokens
@@ -184,8 +186,9 @@ def run(cfg: Config) -> dict:
         tb.close()
         mlog.close()
     if cfg.train.export_hf and jax.process_index() == 0:
-        trainer.model().save_pretrained(os.path.join(out_dir, "hf"), tokenizer=tok)
-    summary = {"stage": "ppo_rlhf", "experiment": cfg.experiment_name, "ppo_steps": p.ppo_steps,
+        export_checkpoint(trainer.model(), tok, os.path.join(out_dir, "hf"), source=cfg.train.init_from)
+    summary = {"stage": "ppo_rlhf", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
+               "tokenizer": tok.source, "vocab_size": trainer.model_cfg.vocab_size, "ppo_steps": p.ppo_steps,
                "pass1_before": before["pass1"], "pass1_after": after["pass1"],
                "rm_score_before": before["rm_score"], "rm_score_after": after["rm_score"],
                "rm_weight": p.rm_weight, "verifier_weight": p.verifier_weight, "kl_coef": p.kl_coef,

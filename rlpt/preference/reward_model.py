@@ -192,7 +192,8 @@ def run(cfg: Config) -> dict:
     os.makedirs(cfg.train.out_dir, exist_ok=True)
     backbone = warm_start(cfg)
     rm, info = train_reward_model(cfg, tok, backbone, cfg.train.out_dir)
-    summary = {"stage": "rm", "experiment": cfg.experiment_name, "source": cfg.pref.source,
+    summary = {"stage": "rm", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
+               "tokenizer": tok.source, "vocab_size": backbone.config.vocab_size, "source": cfg.pref.source,
                "rm_steps": cfg.pref.rm_steps, **info, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
     print_summary(summary)

@@ -8,6 +8,7 @@ import os
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from rlpt.config.schema import register_configs
@@ -28,12 +29,14 @@ def main(dcfg) -> None:
     from rlpt.train.checkpoint import CheckpointWriteError
     from rlpt.train.data import DataError
     from rlpt.train.preflight import HYDRA_ENTRIES, REFUSALS, check_run_folder
+    from rlpt.train.source import check_checkpoint_source
     from rlpt.train.stages import run_stage
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
         cfg = OmegaConf.to_object(dcfg)
         validate(cfg)
+        check_checkpoint_source(cfg, list(HydraConfig.get().overrides.task))
         if _SNAPSHOT is None:  # no preflight ran (multirun, or main() called directly): check here
             check_run_folder(cfg, ignore=HYDRA_ENTRIES)
         os.makedirs(cfg.train.out_dir, exist_ok=True)

@@ -12,13 +12,14 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from rlpt.config.schema import Config
 from rlpt.kernels.layouts import apply_layout_batch
-from rlpt.models import Model, ModelConfig, init_model, load_pretrained
-from rlpt.models.transformer import param_axes
+from rlpt.models import Model, ModelConfig
+from rlpt.models.transformer import merged_params, param_axes
 from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding
 from rlpt.train.checkpoint import Checkpointer
-from rlpt.train.lora import init_lora, merge_lora
+from rlpt.train.lora import init_lora, lora_axes, lora_params
 from rlpt.train.optim import make_optimizer, make_schedule
 from rlpt.train.preflight import run_fingerprint
+from rlpt.train.source import base_model, export_checkpoint
 from rlpt.train.state import TrainState, create_state
 from rlpt.train.step import build_train_step
 
@@ -31,10 +32,8 @@ def setup_mesh(cfg: Config, devices=None):
 
 
 def build_model(cfg: Config, mesh) -> Model:
-    if cfg.train.init_from:
-        overrides = {k: getattr(cfg.model, k) for k in ("param_dtype", "compute_dtype", "attention_impl", "remat")}
-        return load_pretrained(cfg.train.init_from, mesh=mesh, **overrides)
-    return init_model(cfg.model, cfg.train.seed, mesh=mesh)
+    """train.init_from's checkpoint (its architecture, cfg.model's runtime settings) or a fresh cfg.model."""
+    return base_model(cfg, mesh)
 
 
 def shard_batch(batch: dict, mesh) -> dict:
@@ -70,10 +69,11 @@ class Trainer:
     schedule: object
 
     def model(self) -> Model:
-        """The current policy as a Model (LoRA merged)."""
-        params = self.state.params if self.params_fn is None else self.params_fn(self.state.params,
-                                                                                  self.state.frozen)
-        return Model(self.model_cfg, params)
+        """The current policy as a Model: plain parameters, LoRA adapters merged into the base weights (one merge
+        per call; the train step itself applies them in the forward pass, `lora_params`)."""
+        if self.params_fn is None:
+            return Model(self.model_cfg, self.state.params)
+        return Model(self.model_cfg, merged_params(self.params_fn(self.state.params, self.state.frozen)))
 
     def step(self, host_batch: dict):
         n_seq = self.mesh.shape["seq"]
@@ -115,11 +115,15 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
         if cfg.lora.rank > 0:
-            trainable = init_lora(model.params, cfg.lora, jax.random.key(cfg.train.seed + 1))
+            shapes = jax.eval_shape(lambda p: init_lora(p, cfg.lora, jax.random.key(0)), model.params)
+            placed = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), lora_axes(cfg.lora), shapes,
+                                  is_leaf=lambda x: isinstance(x, tuple))
+            trainable = jax.jit(lambda p, k: init_lora(p, cfg.lora, k), out_shardings=placed)(
+                model.params, jax.random.key(cfg.train.seed + 1))
             frozen["base"] = model.params
 
-            def params_fn(adapters, fr):
-                return merge_lora(fr["base"], adapters, cfg.lora)
+            def params_fn(adapters, fr):  # the targets wrapped as LoraWeights: applied in the forward, not merged
+                return lora_params(fr["base"], adapters, cfg.lora)
         else:
             trainable = model.params
         shardings = state_shardings(optimizer, trainable, frozen, mesh)
@@ -149,7 +153,12 @@ def maybe_resume(trainer: Trainer) -> dict | None:
 
 
 def export_hf(trainer: Trainer, folder: str, tok=None):
-    trainer.model().save_pretrained(folder, tokenizer=tok)
+    """The current policy (LoRA merged) as an HF folder; with `tok`, also its tokenizer and generation_config.json
+    (stop ids; the init_from checkpoint's sampling defaults kept)."""
+    if tok is None:
+        trainer.model().save_pretrained(folder)
+    else:
+        export_checkpoint(trainer.model(), tok, folder, source=trainer.cfg.train.init_from)
 
 
 def param_shardings_match_rules(model_cfg, params, mesh, rules) -> list[str]:

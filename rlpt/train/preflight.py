@@ -25,12 +25,9 @@ def run_fingerprint(model_cfg, cfg) -> str:
 
 
 def _sft_model_config(cfg):
-    if not cfg.train.init_from:
-        return cfg.model
-    from rlpt.models.hf import config_from_hf
+    from rlpt.train.source import model_config
 
-    return config_from_hf(cfg.train.init_from, **{k: getattr(cfg.model, k) for k in
-                                                   ("param_dtype", "compute_dtype", "attention_impl", "remat")})
+    return model_config(cfg)
 
 
 def check_run_folder(cfg, ignore: tuple[str, ...] = ()) -> None:

@@ -8,44 +8,53 @@ import jax
 import numpy as np
 
 from rlpt.config.schema import Config
-from rlpt.models import builtin_tokenizer, load_tokenizer
 from rlpt.observe.tensorboard import TBWriter
 from rlpt.train.data import SFTData
 from rlpt.train.loop import Progress, export_hf, make_trainer, maybe_resume, print_summary, to_float
 from rlpt.train.losses import sft_loss
+from rlpt.train.source import run_tokenizer
 
 log = logging.getLogger(__name__)
 
 
 def get_tokenizer(cfg: Config):
-    return builtin_tokenizer() if cfg.data.tokenizer == "builtin" else load_tokenizer(cfg.data.tokenizer)
+    """The run's tokenizer: train.init_from's own, else data.tokenizer (rlpt/train/source.py)."""
+    return run_tokenizer(cfg)
 
 
 def domain_mixture(cfg: Config):
-    """(names, weights, tiers per domain) from the `domains` config group."""
+    """(names, weights, tiers per domain): the RL prompt files of `kind: rl_jsonl` data sources (weight: the
+    source's) and, when data.with_domains, the `domains` group's domains (weights: domains.weights) with its
+    tier filter domains.tiers over the whole mixture. data.with_domains=false leaves the `domains` group out
+    entirely: the files alone, with all their tiers."""
     import fnmatch
 
     from rlpt.tasks import get_domain, resolve
+    from rlpt.tasks.files import file_sources
 
-    names = resolve(list(cfg.domains.include))
-    weights = []
-    for n in names:
+    files = file_sources(cfg.data)
+    names = [n for n, _ in files]
+    weights = [w for _, w in files]
+    for n in resolve(list(cfg.domains.include)) if cfg.data.with_domains else []:
+        if n in names:  # a file domain also named in domains.include: its source weight stands
+            continue
         w = [v for pat, v in cfg.domains.weights.items() if fnmatch.fnmatchcase(n, pat)]
+        names.append(n)
         weights.append(w[0] if w else 1.0)
-    tiers = {}
+    if not names:
+        raise ValueError("the task mixture is empty: data.with_domains=false and no data source has kind rl_jsonl")
+    tiers, keep = {}, list(cfg.domains.tiers) if cfg.data.with_domains else []
     for n in names:
         own = list(get_domain(n).tiers)
-        tiers[n] = [t for t in own if t in cfg.domains.tiers] if cfg.domains.tiers else own
+        tiers[n] = [t for t in own if t in keep] if keep else own
         if not tiers[n]:
-            raise ValueError(f"domains.tiers={list(cfg.domains.tiers)} leaves no tier of domain {n!r} ({own})")
+            raise ValueError(f"domains.tiers={keep} leaves no tier of domain {n!r} ({own})")
     return names, weights, tiers
 
 
 def run(cfg: Config, *, print_result: bool = True) -> dict:
     t_start = time.time()
     tok = get_tokenizer(cfg)
-    if cfg.model.vocab_size < tok.vocab_size:
-        raise ValueError(f"model.vocab_size={cfg.model.vocab_size} < tokenizer vocab {tok.vocab_size}")
     needs_tasks = any(s.kind == "tasks" for s in cfg.data.sources.values()) or cfg.train.eval_every > 0
     mixture = domain_mixture(cfg) if needs_tasks else None
     os.makedirs(cfg.train.out_dir, exist_ok=True)
@@ -112,6 +121,8 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
         tb.close()
         metrics_log.close()
     summary = {"stage": "sft", "experiment": cfg.experiment_name, "steps": cfg.train.steps,
+               "init_from": cfg.train.init_from or None, "tokenizer": tok.source,
+               "vocab_size": trainer.model_cfg.vocab_size,
                "final_loss": last.get("loss", float("nan")), "tokens_trained": tokens_seen,
                "tokens_per_s": tokens_seen / max(time.time() - t_loop, 1e-9),
                "data_overlong": data.state["dropped"] + data.state["truncated"],

@@ -9,6 +9,7 @@ from collections.abc import Callable
 STAGES: dict[str, str | Callable] = {
     "sft": "rlpt.train.sft",
     "quickstart": "rlpt.pipeline.quickstart",
+    "rl": "rlpt.pipeline.rl_stage",
     "dpo": "rlpt.preference.dpo",
     "rm": "rlpt.preference.reward_model",
     "ppo_rlhf": "rlpt.preference.ppo_rlhf",
@@ -25,8 +26,10 @@ def register_stage(name: str):
 
 def run_stage(cfg):
     from rlpt.config.validate import validate
+    from rlpt.train.source import check_checkpoint_source
 
     validate(cfg)  # configs built or edited in code get the same range checks as composed ones
+    check_checkpoint_source(cfg)  # a train.init_from checkpoint defines the architecture and tokenizer
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
     target = STAGES[cfg.stage]
