@@ -710,6 +710,27 @@ def _run_layers(cfg, body, carry, layers):
     return carry
 
 
+# Attention impls that shard the sequence over the mesh's "seq" axis (rlpt.kernels.ring).
+SEQUENCE_SHARDED_IMPLS = ("ring", "allgather")
+
+
+def attention_over_two_key_sets(cfg, q, q_positions, q_segment_ids, first: tuple, second: tuple):
+    """Attention of q (B, T, H, Dh) over the union of two key sets, each (k, v, positions, segment_ids) with
+    k, v (B, S_i, KV, Dh): one kernel call per set, merged by their log-sum-exps (exact; each set may be in its
+    own column layout). A query that sees no key of a set gets weight 0 from it; one that sees none at all, 0."""
+    impl = resolved_attention_impl(cfg)
+    parts = [kernels.attention(q, k, v, q_positions=q_positions, kv_positions=kpos, q_segment_ids=q_segment_ids,
+                               kv_segment_ids=kseg, causal=True, sliding_window=cfg.sliding_window, impl=impl,
+                               return_lse=True) for k, v, kpos, kseg in (first, second)]
+    (o1, l1), (o2, l2) = parts  # out (B, T, H, Dh), lse (B, H, T) f32, -inf where a query saw nothing
+    top = jax.lax.stop_gradient(jnp.maximum(l1, l2))  # any shift gives the same value: keep it out of the grad
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    w1, w2 = jnp.exp(l1 - top), jnp.exp(l2 - top)
+    total = w1 + w2
+    w1, w2 = (jnp.transpose(w / jnp.where(total > 0, total, 1.0), (0, 2, 1))[..., None] for w in (w1, w2))
+    return (o1.astype(jnp.float32) * w1 + o2.astype(jnp.float32) * w2).astype(q.dtype)
+
+
 def hidden_states_shared_prefix(params, cfg: ModelConfig, prefix: tuple, rows: tuple, group: int):
     """Final-norm hidden states (B, K, D) of `rows`, each attending to its group's shared `prefix` and then
     causally to itself; the prefix runs through the model once per group instead of once per row.
@@ -720,10 +741,10 @@ def hidden_states_shared_prefix(params, cfg: ModelConfig, prefix: tuple, rows: t
     one row holding prefix g then rows[r] (`hidden_states`), up to float summation order; gradients reach the
     prefix through its K/V, broadcast to the group (the broadcast's transpose sums them). GRPO-style groups
     sample `group` responses to one prompt, so the prompt's forward and backward are paid once, not G times.
+    With a sequence-sharded attention (ring / allgather) the two streams may each be in their own column layout
+    (`rlpt.train.losses.lay_out_stream`): the rows then attend to the prefix and to themselves separately and
+    the two results merge by their log-sum-exps (`attention_over_two_key_sets`).
     """
-    if cfg.attention_impl in ("ring", "allgather"):
-        raise ValueError(f"model.attention_impl={cfg.attention_impl!r} shards the sequence; the shared-prefix "
-                         "forward (rl.algo.share_prefix) needs whole rows")
     (pt, pp, ps), (rt, rp, rs) = prefix, rows
     P, B = pt.shape[0], rt.shape[0]
     if P * group != B:
@@ -738,13 +759,21 @@ def hidden_states_shared_prefix(params, cfg: ModelConfig, prefix: tuple, rows: t
         return jnp.concatenate([jnp.repeat(a_prefix, group, axis=0), a_rows], axis=1)
 
     kv_pos, kv_seg = with_prefix(pp, rp), with_prefix(ps, rs)
+    split = resolved_attention_impl(cfg) in SEQUENCE_SHARDED_IMPLS
+
+    def rows_attention(qr, kp, vp, kr, vr):
+        if split:  # each stream keeps its own column layout: attend to each, merge by log-sum-exp
+            rep = functools.partial(jnp.repeat, repeats=group, axis=0)
+            return attention_over_two_key_sets(cfg, qr, rp, rs, (rep(kp), rep(vp), rep(pp), rep(ps)),
+                                               (kr, vr, rp, rs))
+        return _attention(cfg, qr, with_prefix(kp, kr), with_prefix(vp, vr), rp, kv_pos, rs, kv_seg)
 
     def body(carry, lp):
         xp, xr = carry
         qp, kp, vp = _project_qkv(cfg, lp, rms_norm(xp, lp["attn_norm"], cfg.rms_norm_eps), cos_p, sin_p)
         qr, kr, vr = _project_qkv(cfg, lp, rms_norm(xr, lp["attn_norm"], cfg.rms_norm_eps), cos_r, sin_r)
         att_p = _attention(cfg, qp, kp, vp, pp, pp, ps, ps, self_attention=True)
-        att_r = _attention(cfg, qr, with_prefix(kp, kr), with_prefix(vp, vr), rp, kv_pos, rs, kv_seg)
+        att_r = rows_attention(qr, kp, vp, kr, vr)
         return tuple(_residual_mlp(cfg, lp, x, _output_projection(cfg, lp, att))
                      for x, att in ((xp, att_p), (xr, att_r)))
 

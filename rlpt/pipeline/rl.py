@@ -86,12 +86,6 @@ def shared_prefix_group(cfg: Config) -> int | None:
     return cfg.rl.rollout.group_size
 
 
-def check_shared_prefix_mesh(cfg: Config, mesh) -> None:
-    if cfg.rl.algo.share_prefix and mesh.shape.get("seq", 1) > 1:
-        raise ValueError("rl.algo.share_prefix needs whole rows on each device; the mesh shards the sequence "
-                         f"(seq={mesh.shape['seq']}): set rl.algo.share_prefix=false")
-
-
 def check_shared_prefix(rows: dict, group: int) -> None:
     """rl.algo.share_prefix's premise: rows come in consecutive groups of `group` whose columns before the
     window start are identical (one prompt, sampled G times). Raises naming the first group where not."""
@@ -224,8 +218,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 and algo.kl_in == "loss" else None
     # Async keeps older policy versions alive for the producer, so their buffers cannot be donated.
     share = shared_prefix_group(cfg)
-    trainer = make_trainer(rcfg, rl_loss(algo, share), init=init_model, extra_frozen=frozen, donate=not asynchronous)
-    check_shared_prefix_mesh(cfg, trainer.mesh)
+    trainer = make_trainer(rcfg, rl_loss(algo, share, cfg.data.cp_layout), init=init_model, extra_frozen=frozen,
+                           donate=not asynchronous)
     # the run's task mixture: the domains group and/or prompt files (data=rl_jsonl), as domain_mixture reads it
     curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
     cstate = curriculum.init_state()

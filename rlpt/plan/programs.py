@@ -135,7 +135,7 @@ def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
             if group is not None:
                 body = r.prompts_per_step * (T - K) + B * K
         frozen_ref, steps = algo.kl_coef > 0 and algo.kl_in == "loss", cfg.rl.steps
-        loss = rl_loss(algo, group)
+        loss = rl_loss(algo, group, cfg.data.cp_layout)  # as run_rl builds it (streams laid out for mesh.seq)
         flops = train_flops(model_cfg, body, head, attention_flops(model_cfg, B * T, T / 2),
                             forwards_only=float(frozen_ref))
         formula, name = (f"6·N·T over the update's tokens ({B} rows x {T}; prompt once per group: "

@@ -75,11 +75,20 @@ class Trainer:
             return Model(self.model_cfg, self.state.params)
         return Model(self.model_cfg, merged_params(self.params_fn(self.state.params, self.state.frozen)))
 
-    def step(self, host_batch: dict):
+    def device_batch(self, host_batch: dict) -> dict:
+        """A host batch (B, ...) as the step takes it: columns in data.cp_layout on a sequence-sharded mesh,
+        micro-batches (A, B/A, ...) over optim.grad_accum, placed on the mesh.
+
+        RL rows with a logit window and rl.algo.share_prefix stay in token order: the loss cuts them into the
+        shared-prefix and window streams and lays out each itself (`rlpt.train.losses.rl_loss`'s layout)."""
         n_seq = self.mesh.shape["seq"]
-        if n_seq > 1 and self.cfg.data.cp_layout != "contiguous":
+        streams_in_loss = self.cfg.rl.algo.share_prefix and "window" in host_batch
+        if n_seq > 1 and self.cfg.data.cp_layout != "contiguous" and not streams_in_loss:
             host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq, index_keys=("window",))
-        batch = shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh)
+        return shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh)
+
+    def step(self, host_batch: dict):
+        batch = self.device_batch(host_batch)
         with jax.set_mesh(self.mesh), axis_rules(self.cfg.mesh.rules):
             self.state, metrics = self.step_fn(self.state, batch)
         return metrics

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 
+from rlpt.kernels.layouts import layout_permutation, layout_positions
 from rlpt.models.transformer import hidden_states, hidden_states_shared_prefix
 from rlpt.train.logprobs import head_logprobs
 
@@ -50,32 +51,66 @@ def shared_prefix_streams(batch, group: int):
     return prefix, rows
 
 
-def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None):
+def seq_shards() -> int:
+    """Size of the "seq" axis of the mesh set by jax.set_mesh (1 without a mesh or without that axis)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return 1 if mesh.empty else dict(mesh.shape).get("seq", 1)
+
+
+def lay_out_stream(stream: tuple, layout: str, n_shards: int) -> tuple:
+    """Arrays (B, T) in token order -> (B, Tp) in `layout` over n_shards, Tp the next width the layout can
+    split (`layout_permutation`; at least one column per part, so an empty prefix is all padding); the padding
+    columns are zeros, which in a segment-id array is padding. Also returns index columns (T,): where each
+    token-order column landed."""
+    T = stream[0].shape[1]
+    parts = 2 * n_shards if layout == "zigzag" else n_shards
+    Tp = max(-(-T // parts), 1) * parts
+    perm = layout_permutation(layout, Tp, n_shards)
+    out = tuple(jnp.pad(a, ((0, 0), (0, Tp - T)))[:, perm] for a in stream)
+    return out, layout_positions(layout, Tp, n_shards)[:T]
+
+
+def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, layout: str = "contiguous"):
     """(log p(target), entropy of the next-token distribution), both (B, T) f32.
 
     With batch["window"] (B, K) column indices (`rlpt.rollout.single_turn.response_window`), the LM head,
     log-softmax and entropy run only at those columns and both outputs are (B, K): the prompt positions of an
     RL row carry no loss, and their logits are most of the head's cost (TRL's `logits_to_keep`).
     group: rows come in groups of this many that share every column before their window (rl.algo.share_prefix):
-    the shared columns run once per group (`hidden_states_shared_prefix`); needs a window.
+    the shared columns run once per group (`hidden_states_shared_prefix`); needs a window and rows in token order.
+    On a mesh that shards the sequence the prefix and window streams are each padded and put in `layout`
+    (data.cp_layout, `lay_out_stream`) and the outputs come back in token order.
     The LM head is chunked per model.logits_chunk (`rlpt.train.logprobs.head_logprobs`).
     """
     if group is not None:
-        if "window" not in batch:
-            raise ValueError("rl.algo.share_prefix needs the logit window (rl.algo.logits_window=true)")
-        hidden = hidden_states_shared_prefix(params, model_cfg, *shared_prefix_streams(batch, group), group)
-    else:
-        hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
-        if "window" in batch:
-            hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
+        return _shared_prefix_logprobs_entropy(params, model_cfg, batch, group, layout)
+    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    if "window" in batch:
+        hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
     return head_logprobs(params, model_cfg, hidden, in_window(batch, batch["targets"]), entropy=True)
 
 
-def rl_loss(algo_cfg, group_size: int | None = None):
+def _shared_prefix_logprobs_entropy(params, model_cfg, batch, group: int, layout: str):
+    """`token_logprobs_entropy` with group: (B, K) outputs at the window columns, in token order."""
+    if "window" not in batch:
+        raise ValueError("rl.algo.share_prefix needs the logit window (rl.algo.logits_window=true)")
+    prefix, rows = shared_prefix_streams(batch, group)
+    n = seq_shards()
+    layout = layout if n > 1 else "contiguous"  # one device: the streams as they are (an empty prefix padded)
+    # each stream split evenly over the seq axis in its own layout; `back` reads token order again
+    prefix, _ = lay_out_stream(prefix, layout, n)
+    (*rows, targets), back = lay_out_stream((*rows, in_window(batch, batch["targets"])), layout, n)
+    hidden = hidden_states_shared_prefix(params, model_cfg, prefix, tuple(rows), group)
+    logp, entropy = head_logprobs(params, model_cfg, hidden, targets, entropy=True)
+    return logp[:, back], entropy[:, back]
+
+
+def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous"):
     """Policy-gradient loss from registry names; batch carries advantages, old_logp (and rollout_logp).
 
     group_size: with rl.algo.share_prefix, the rows of a group share their prompt columns, which then run
-    through the policy (and the KL reference) once per group.
+    through the policy (and the KL reference) once per group. The rows then come in token order (`Trainer.step`
+    leaves them so) and on a sequence-sharded mesh the loss puts its streams in `layout` (data.cp_layout).
 
     Returns (loss_sum, weight): with scope "step" the train step divides the summed numerator by the
     summed denominator of all micro-batches (whole-step normalisation); with "micro" each micro-batch is
@@ -96,7 +131,7 @@ def rl_loss(algo_cfg, group_size: int | None = None):
             # Per-token arrays at the logit window's columns (all columns without a window).
             mask = in_window(batch, batch["loss_mask"]).astype(jnp.float32)
             old_logp, rollout_logp = in_window(batch, batch["old_logp"]), in_window(batch, batch["rollout_logp"])
-            logp, entropy = token_logprobs_entropy(params, model_cfg, batch, group)
+            logp, entropy = token_logprobs_entropy(params, model_cfg, batch, group, layout)
             per_token, metrics = policy_loss(logp, old_logp, in_window(batch, batch["advantages"]), mask,
                                              **algo_cfg.policy_loss_kwargs)
             if algo_cfg.correction_level != "none":
@@ -107,7 +142,7 @@ def rl_loss(algo_cfg, group_size: int | None = None):
                 mask = mask * keep
                 metrics = {**metrics, **{f"correction/{k}": v for k, v in cmetrics.items()}}
             if kl_fn is not None:
-                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch, group)
+                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch, group, layout)
                 kl = kl_fn(logp, jax.lax.stop_gradient(ref_logp))
                 per_token = per_token + algo_cfg.kl_coef * kl
                 metrics["kl"] = jnp.sum(kl * mask) / jnp.maximum(jnp.sum(mask), 1.0)
