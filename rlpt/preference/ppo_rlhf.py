@@ -186,7 +186,7 @@ def run(cfg: Config) -> dict:
         tb.close()
         mlog.close()
     if cfg.train.export_hf and jax.process_index() == 0:
-        export_checkpoint(trainer.model(), tok, os.path.join(out_dir, "hf"), source=cfg.train.init_from)
+        export_checkpoint(trainer.model(), tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)
     summary = {"stage": "ppo_rlhf", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
                "tokenizer": tok.source, "vocab_size": trainer.model_cfg.vocab_size, "ppo_steps": p.ppo_steps,
                "pass1_before": before["pass1"], "pass1_after": after["pass1"],

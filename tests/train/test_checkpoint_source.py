@@ -129,3 +129,24 @@ def test_rl_stage_from_checkpoint_exports_what_transformers_loads(ckpt, tmp_path
     assert os.stat(tmp_path / "hf" / "model.safetensors").st_mode & 0o777 == 0o666 & ~umask
     gen = json.loads((tmp_path / "hf" / "generation_config.json").read_text())
     assert gen["eos_token_id"] == list(load_tokenizer(ckpt).eos_ids)
+
+
+def test_reward_model_and_ppo_rlhf_stages_start_from_the_checkpoint(ckpt, tmp_path, capsys):
+    """stage=rm trains its reward model on the checkpoint's backbone and tokenizer; stage=ppo_rlhf then trains the
+    checkpoint as the policy with that reward model, and exports it with the checkpoint's tokenizer."""
+    from rlpt.train.stages import run_stage
+
+    common = small(ckpt, "domains.include=[arith/add]", "pref.source=synthetic", "pref.train_tasks=16",
+                   "pref.heldout_tasks=8", "pref.max_len=128", "rl.rollout.max_prompt_len=96",
+                   "rl.rollout.max_new_tokens=4")
+    run_stage(compose([*common, "stage=rm", "pref.rm_steps=2", "pref.rm_batch_size=4", f"train.out_dir={tmp_path}/rm"]))
+    rm = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rm["stage"] == "rm" and rm["tokenizer"] == ckpt and rm["vocab_size"] == CKPT.vocab_size
+    out = run_stage(compose([*common, "stage=ppo_rlhf", f"pref.rm_path={tmp_path}/rm/reward_model", "pref.ppo_steps=2",
+                             "rl.rollout.prompts_per_step=2", "rl.rollout.group_size=2", "pref.eval_per_domain=2",
+                             "observe.tensorboard=false", "train.export_hf=true", f"train.out_dir={tmp_path}/ppo"]))
+    ppo = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert ppo["stage"] == "ppo_rlhf" and ppo["tokenizer"] == ckpt and ppo["vocab_size"] == CKPT.vocab_size
+    assert [h["step"] for h in out["history"]] == [1, 2]
+    assert load_tokenizer(f"{tmp_path}/ppo/hf").eos_ids == load_tokenizer(ckpt).eos_ids
+    assert load_pretrained(f"{tmp_path}/ppo/hf").config.vocab_size == CKPT.vocab_size
