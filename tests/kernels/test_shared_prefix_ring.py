@@ -79,16 +79,16 @@ def _check(layout, share, row_len=64, impl="ring", **traj):
     return batch
 
 
-@pytest.mark.parametrize("layout", ["zigzag", "striped"])
+@pytest.mark.parametrize("layout", ["zigzag", pytest.param("striped", marks=pytest.mark.slow)])
 def test_rl_loss_on_a_ring_mesh_matches_dense_full_rows(layout):
     """share_prefix=false: whole rows in the cp layout, ring attention over seq=4, data=2."""
     _check(layout, share=False)
 
 
 @pytest.mark.parametrize("layout,row_len,traj,widths", [
-    ("zigzag", 64, {}, (16, 8)),
-    ("striped", 64, {}, (16, 8)),
-    ("contiguous", 64, {}, (16, 8)),
+    ("zigzag", 64, {}, (16, 8)),  # the default layout; the others under -m slow (the CI budget)
+    pytest.param("striped", 64, {}, (16, 8), marks=pytest.mark.slow),
+    pytest.param("contiguous", 64, {}, (16, 8), marks=pytest.mark.slow),
     ("zigzag", 20, dict(prompt_lens=(2, 12)), (20, 8)),  # a 12-column prefix, padded to 16
     ("zigzag", 20, dict(N=17, prompt_lens=(2, 3)), (20, 20)),  # no prefix at all; the window padded to 24
 ], ids=["zigzag", "striped", "contiguous", "zigzag-padded-prefix", "zigzag-window-is-the-row"])
@@ -114,7 +114,7 @@ def test_lay_out_stream_pads_permutes_and_reads_back():
     assert out.shape == (3, 8) and not np.asarray(out).any() and back.shape == (0,)
 
 
-@pytest.mark.parametrize("impl", ["allgather", "dense"])
+@pytest.mark.parametrize("impl", ["allgather", pytest.param("dense", marks=pytest.mark.slow)])
 def test_shared_prefix_on_a_seq_mesh_with_other_attention(impl):
     """The other context-parallel impl (all-gather K/V), and dense attention left to XLA's partitioner."""
     _check("zigzag", share=True, impl=impl)
