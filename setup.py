@@ -34,6 +34,8 @@ def _lock(name: str) -> list[str]:
 DEV = _lock("dev-lock.txt")
 # Compile-only rehearsals for TPU slices on a CPU (python -m rlpt.plan); libtpu must match jaxlib exactly.
 PLAN = ["libtpu==0.0.51"]
+# Sweeps on a SLURM cluster: python -m rlpt.train -m hydra/launcher=submitit_slurm ... (docs/sweeps.md)
+SLURM = ["hydra-submitit-launcher>=1.2"]
 GPU = [
     "jax[cuda12]>=0.10.2,<0.11",
     "jax-triton>=0.4",
@@ -52,5 +54,5 @@ setup(
     package_dir={"rlpt.kernels": "kernels", "rlpt.envs": "envs"},
     include_package_data=True,
     install_requires=CORE,
-    extras_require={"dev": DEV, "gpu": GPU, "plan": PLAN},
+    extras_require={"dev": DEV, "gpu": GPU, "plan": PLAN, "slurm": SLURM},
 )

@@ -1,4 +1,4 @@
-"""Process-level performance settings for XLA:CPU: per-jit compiler options and glibc malloc tuning.
+"""Process-level settings: JAX's persistent compilation cache, per-jit XLA:CPU compiler options, glibc malloc tuning.
 
 Two facts measured on the project's CPU machines (docs/benchmarks.md, "What the CPU runtime settings buy"):
 
@@ -60,3 +60,62 @@ def tune_malloc() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+DEFAULT_CACHE = "~/.cache/rlpt/jax"
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # XLA compilation or a persistent-cache read
+_compile_s = [0.0]
+_listening = [False]
+
+
+_cache_counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
+
+
+def _on_duration(event: str, seconds: float, **_) -> None:
+    if event == _COMPILE_EVENT:
+        _compile_s[0] += seconds
+
+
+def _on_event(event: str, **_) -> None:
+    if event in _cache_counts:
+        _cache_counts[event] += 1
+
+
+def compile_seconds() -> float:
+    """Seconds spent getting executables (XLA compiles and compilation-cache reads) since the last setup()."""
+    return _compile_s[0]
+
+
+def compile_stats() -> dict:
+    """compile_s and the persistent cache's hits and misses since the last setup() (run summaries carry them)."""
+    return {"compile_s": round(_compile_s[0], 2),
+            "compile_cache_hits": _cache_counts["/jax/compilation_cache/cache_hits"],
+            "compile_cache_misses": _cache_counts["/jax/compilation_cache/cache_misses"]}
+
+
+def setup(rcfg) -> str | None:
+    """Apply a RuntimeConfig before a run: point JAX's persistent compilation cache at `rcfg.compilation_cache`
+    ("" turns it off; auto: $RLPT_COMPILATION_CACHE, else DEFAULT_CACHE; ~ expanded) and restart the compile-time
+    counter. Returns the cache folder in use (None: off). Safe to call again (a notebook's next run): a changed
+    folder resets JAX's cache object."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if not _listening[0]:
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        jax.monitoring.register_event_listener(_on_event)
+        _listening[0] = True
+    _compile_s[0] = 0.0
+    _cache_counts.update(dict.fromkeys(_cache_counts, 0))
+    folder = rcfg.compilation_cache
+    if folder == "auto":
+        folder = os.environ.get("RLPT_COMPILATION_CACHE", DEFAULT_CACHE)
+    folder = os.path.abspath(os.path.expanduser(folder)) if folder else None
+    if folder != jax.config.jax_compilation_cache_dir:
+        if folder is not None:
+            os.makedirs(folder, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", folder)
+        compilation_cache.reset_cache()  # the cache object reads the folder once, when it is first used
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", rcfg.cache_min_compile_s)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder

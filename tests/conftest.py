@@ -13,6 +13,9 @@ _xla = os.environ.get("XLA_FLAGS", "").split()
 os.environ["XLA_FLAGS"] = " ".join(_xla + [f for f in _FLAGS if f not in _xla])
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No persistent compilation cache in tests (xdist workers would share one folder); tests/test_compile_cache.py
+# turns it on in its own processes.
+os.environ["RLPT_COMPILATION_CACHE"] = ""
 
 # Each worker holds ~3-5 GB at its peak (JAX with 8 fake devices, torch, transformers).
 _GB_PER_WORKER = 5

@@ -6,12 +6,15 @@ Every numeric field declares its range (`num(default, ge=...)`, `choice(default,
 and `validate` checks them all before any work.
 """
 import dataclasses
+import os
 from typing import Any
 
 from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardConfig
 from rlpt.config.validate import choice, num, validate
 from rlpt.models.config import ModelConfig
 from rlpt.parallel.rules import DEFAULT_RULES
+
+CONF_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf"))
 
 
 @dataclasses.dataclass
@@ -287,6 +290,17 @@ class PrefConfig:
 
 
 @dataclasses.dataclass
+class RuntimeConfig:
+    """Process settings every stage applies before compiling (rlpt.runtime.setup)."""
+
+    # JAX's persistent compilation cache: compiled programs kept in this folder between runs, so a second run (or
+    # the next sweep job) of the same shapes skips XLA compilation; "" turns it off; auto: $RLPT_COMPILATION_CACHE
+    # when set (the tests set it to ""), else ~/.cache/rlpt/jax
+    compilation_cache: str = "auto"
+    cache_min_compile_s: float = num(0.0, ge=0)  # programs that compile faster than this are not stored
+
+
+@dataclasses.dataclass
 class Config:
     experiment_name: str = "quickstart"
     stage: str = "sft"
@@ -302,6 +316,7 @@ class Config:
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
     pref: PrefConfig = dataclasses.field(default_factory=PrefConfig)
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
+    runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
 
 
 def register_configs() -> None:
@@ -313,15 +328,12 @@ def register_configs() -> None:
 
 def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config") -> Config:
     """The typed Config for `python -m rlpt.train <overrides>`, for notebooks and tests."""
-    import os
-
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
     register_configs()
-    conf_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf")
-    with initialize_config_dir(config_dir=os.path.abspath(conf_dir), version_base="1.3"):
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
     validate(cfg)
     if isinstance(cfg, Config):

@@ -29,7 +29,8 @@ def _policy(cfg: EvalConfig):
     return model, tok
 
 
-def run_eval(cfg: EvalConfig) -> dict:
+def run_eval(cfg: EvalConfig, policy=None) -> dict:
+    """Evaluate on cfg.suite; `policy` = (model, tokenizer) in memory instead of loading cfg.checkpoint."""
     from rlpt.eval.report import final_line, markdown, write_results
     from rlpt.eval.run import evaluate_suite
     from rlpt.eval.suites import LoadArgs, get_suite
@@ -37,7 +38,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     suite = get_suite(cfg.suite)
     tasks = suite.load(LoadArgs(cfg.limit, cfg.per_domain, cfg.seed))
     print(f"[eval] suite {suite.name}: {len(tasks)} tasks ({suite.source})", flush=True)
-    res = evaluate_suite(cfg, suite, tasks, _policy(cfg))
+    res = evaluate_suite(cfg, suite, tasks, policy if policy is not None else _policy(cfg))
     paths = write_results(res, _out(cfg, suite.name))
     print(markdown(res).split("## First")[0], flush=True)
     line = final_line(res, paths)

@@ -20,7 +20,7 @@ from rlpt.config.schema import Config, SourceConfig
 from rlpt.observe.observers import default_observers
 from rlpt.pipeline.rl import run_rl
 from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
-from rlpt.train.loop import print_summary
+from rlpt.train.loop import finish_run
 from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.sft import run as run_sft
 
@@ -180,5 +180,4 @@ def run(cfg: Config) -> dict:
             f"{f} {v['sft_pass1']:.2f} -> {v['rl_pass1']:.2f} (n={v['n']})" for f, v in summary["per_family"].items()),
             flush=True)
     print(f"[agent] sample episode after RL:\n{rl_eval['sample']}", flush=True)
-    print_summary(summary)
-    return summary
+    return finish_run(summary, cfg.train.out_dir, model=rl["model"], tokenizer=tok)

@@ -11,7 +11,7 @@ from rlpt.observe.report import write_report
 from rlpt.pipeline.cold_start import run as cold_start
 from rlpt.pipeline.judges import run_judges
 from rlpt.pipeline.rl import run_rl
-from rlpt.train.loop import print_summary
+from rlpt.train.loop import finish_run
 from rlpt.train.sft import domain_mixture, get_tokenizer
 
 
@@ -55,5 +55,4 @@ def run(cfg: Config) -> dict:
                           per_domain={"base": base["per_domain"], "sft": sft_eval["per_domain"],
                                       "rl": rl_eval["per_domain"]})
     summary["report"] = report
-    print_summary(summary)
-    return summary
+    return finish_run(summary, cfg.train.out_dir, model=rl["model"], tokenizer=tok, history=rl["history"])

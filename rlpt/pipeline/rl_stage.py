@@ -19,7 +19,7 @@ from rlpt.pipeline.rl import run_rl
 from rlpt.rewards.judges import JUDGES
 from rlpt.tasks.files import check_prompt_lengths
 from rlpt.tasks.files import needed_judges as file_judges
-from rlpt.train.loop import print_summary, setup_mesh
+from rlpt.train.loop import finish_run, setup_mesh
 from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.source import base_model, export_checkpoint
 
@@ -70,5 +70,4 @@ def run(cfg: Config) -> dict:
     summary["report"] = write_report(cfg.train.out_dir, title=f"rlpt run: {cfg.experiment_name}", summary=summary,
                                      history=hist, evals={"before": before["pass1"], "after": after["pass1"]},
                                      per_domain={"before": before["per_domain"], "after": after["per_domain"]})
-    print_summary(summary)
-    return summary | {"model": rl["model"], "history": hist}
+    return finish_run(summary, cfg.train.out_dir, model=rl["model"], tokenizer=tok, history=hist)

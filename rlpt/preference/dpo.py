@@ -14,7 +14,7 @@ from rlpt.observe.tensorboard import TBWriter
 from rlpt.preference.common import joint_logps, sub_config, warm_start
 from rlpt.preference.data import batch_indices, pair_arrays
 from rlpt.preference.pairs import make_pairs
-from rlpt.train.loop import Progress, make_trainer, maybe_resume, print_summary, to_float
+from rlpt.train.loop import Progress, finish_run, make_trainer, maybe_resume, to_float
 from rlpt.train.source import export_checkpoint
 
 REF_MODES = ("precompute", "online")
@@ -159,5 +159,4 @@ def run(cfg: Config) -> dict:
                "final_loss": last.get("loss"), "reward_accuracy": last.get("pref/reward_accuracy"),
                "pairs": counts, "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
-    print_summary(summary)
-    return summary | {"model": policy, "last_metrics": last}
+    return finish_run(summary, cfg.train.out_dir, model=policy, tokenizer=tok, last_metrics=last)

@@ -20,7 +20,7 @@ from rlpt.preference.reward_model import RewardModel, train_reward_model
 from rlpt.rollout.format import prompt_ids, response_text
 from rlpt.rollout.single_turn import rollout, to_rows
 from rlpt.train.logprobs import head_logprobs
-from rlpt.train.loop import Progress, maybe_resume, print_summary, to_float
+from rlpt.train.loop import Progress, finish_run, maybe_resume, to_float
 from rlpt.train.source import export_checkpoint
 
 
@@ -198,8 +198,8 @@ def run(cfg: Config) -> dict:
                "eval_tasks": len(eval_tasks),
                "time_split_s": {k: round(v, 2) for k, v in split.items()}, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
-    print_summary(summary)
-    return summary | {"model": trainer.model(), "history": history, "reward_model": rm}
+    return finish_run(summary, cfg.train.out_dir, model=trainer.model(), tokenizer=tok, history=history,
+                  reward_model=rm)
 
 
 def _encode(state: dict) -> dict:

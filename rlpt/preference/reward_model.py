@@ -19,7 +19,7 @@ from rlpt.preference.data import batch_indices, longest_pair
 from rlpt.preference.heads import init_head, last_token_scores, make_head_trainer
 from rlpt.preference.pairs import make_pairs
 from rlpt.rollout.format import completion_ids, prompt_ids
-from rlpt.train.loop import Progress, maybe_resume, print_summary, to_float
+from rlpt.train.loop import Progress, finish_run, maybe_resume, to_float
 from rlpt.train.packing import fit_width
 
 HEAD_FILE = "reward_head.npz"
@@ -196,5 +196,4 @@ def run(cfg: Config) -> dict:
                "tokenizer": tok.source, "vocab_size": backbone.config.vocab_size, "source": cfg.pref.source,
                "rm_steps": cfg.pref.rm_steps, **info, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
-    print_summary(summary)
-    return summary | {"reward_model": rm}
+    return finish_run(summary, cfg.train.out_dir, reward_model=rm, tokenizer=tok)

@@ -225,6 +225,23 @@ def print_summary(summary: dict):
     print(json.dumps(summary, default=float), flush=True)
 
 
+def finish_run(summary: dict, out_dir: str, **objects) -> dict:
+    """The end of a stage: `<out_dir>/summary.json` (written atomically; what sweeps and `rlpt.run` read), the
+    table and JSON line on stdout (process 0), and the summary returned with `objects` (the final model, its
+    tokenizer, history, ...) added for Python callers."""
+    from rlpt.runtime import compile_stats
+
+    summary = summary | compile_stats()
+    if jax.process_index() == 0:
+        os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, "summary.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(summary, f, default=float, indent=1)
+        os.replace(path + ".tmp", path)
+        print_summary(summary)
+    return summary | objects
+
+
 def to_float(metrics: dict) -> dict:
     return {k: float(v) for k, v in jax.device_get(metrics).items()}
 

@@ -6,8 +6,10 @@ config first and refuses a bad value or an unusable folder with one line; `Folde
 and `config.yaml` back for the refusals that can only be detected later (a stage's own checkpoint fingerprint).
 """
 import dataclasses
+import json
 import os
 import shutil
+import traceback
 
 from rlpt.config.validate import ConfigError, validate
 from rlpt.train.checkpoint import Checkpointer, IncompatibleCheckpoint, RunFolderError, fingerprint
@@ -128,3 +130,81 @@ class FolderSnapshot:
                 shutil.rmtree(path)
         if not self.existed and not os.listdir(self.out_dir):
             os.rmdir(self.out_dir)
+
+
+def explicit_out_dir(overrides: list[str]) -> bool:
+    """True when the command line sets train.out_dir itself."""
+    return any(o.lstrip("+~").split("=", 1)[0] == "train.out_dir" for o in overrides)
+
+
+def sweep_jobs(argv: list[str]) -> tuple[list[list[str]], str] | None:
+    """The override lists of every job of a `-m` command line (Hydra's basic sweeper expansion: a,b,c choices,
+    range(), glob()), and the config name; None when argv is not a sweep of plain overrides."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return None
+    parsed = plain_run_args([a for a in argv if a not in ("-m", "--multirun")])
+    if parsed is None:
+        return None
+    overrides, name = parsed
+    parser = OverridesParser.create()
+    plain = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+    grid = [f"{k}={v}" for k, v in _sweeper_params(plain, name).items()]  # a sweep= config's grid comes first
+    batches = BasicSweeper.split_arguments(parser.parse_overrides(grid + overrides), None)
+    return [list(job) for batch in batches for job in batch], name
+
+
+def _sweeper_params(overrides: list[str], name: str) -> dict[str, str]:
+    """hydra.sweeper.params of the composed config (what a `sweep=<grid>` config sets), as key -> value string."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from rlpt.config.schema import CONF_DIR, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = hydra_compose(config_name=name, overrides=overrides, return_hydra_config=True)
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params) or {}
+    return {str(k): str(v) for k, v in params.items()}
+
+
+def check_sweep(argv: list[str]) -> int:
+    """Compose and validate every job of a `-m` sweep before any starts (a typo'd key or group option, an
+    out-of-range value, jobs sharing one train.out_dir: ConfigError naming the job and the key). Returns the
+    number of jobs checked (0: argv is not a sweep)."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlpt.config.schema import compose
+
+    jobs = sweep_jobs(argv)
+    if jobs is None:
+        return 0
+    out_dirs: dict[str, int] = {}
+    for i, job in enumerate(jobs[0]):
+        try:
+            cfg = compose(job, jobs[1])
+        except (HydraException, OmegaConfBaseException, ValueError) as err:
+            detail = " ".join(str(err).split())
+            raise ConfigError(f"sweep job {i} ({' '.join(job)}): {detail}") from err
+        if explicit_out_dir(job):
+            if cfg.train.out_dir in out_dirs:
+                raise ConfigError(f"sweep jobs {out_dirs[cfg.train.out_dir]} and {i} share train.out_dir="
+                                  f"{cfg.train.out_dir}: drop train.out_dir (each job then trains in its own "
+                                  f"Hydra folder) or make it differ per job")
+            out_dirs[cfg.train.out_dir] = i
+    return len(jobs[0])
+
+
+def record_failure(job_dir: str, err: BaseException) -> str:
+    """Write `<job_dir>/failed.json` (error line, type, traceback) for a failed sweep job; returns its path."""
+    os.makedirs(job_dir, exist_ok=True)
+    path = os.path.join(job_dir, "failed.json")
+    line = " ".join(str(err).split()) or type(err).__name__
+    with open(path, "w") as f:
+        json.dump({"error": line, "type": type(err).__name__,
+                   "traceback": "".join(traceback.format_exception(err))}, f, indent=1)
+    return path

@@ -10,7 +10,7 @@ import numpy as np
 from rlpt.config.schema import Config
 from rlpt.observe.tensorboard import TBWriter
 from rlpt.train.data import SFTData
-from rlpt.train.loop import Progress, export_hf, make_trainer, maybe_resume, print_summary, to_float
+from rlpt.train.loop import Progress, export_hf, finish_run, make_trainer, maybe_resume, to_float
 from rlpt.train.losses import sft_loss
 from rlpt.train.source import run_tokenizer
 
@@ -129,7 +129,6 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
                "pass1_before": evals.get("before", {}).get("pass1"),
                "pass1_after": after["pass1"] if after else None,
                "wall_s": round(time.time() - t_start, 2), "run_dir": os.path.abspath(cfg.train.out_dir)}
-    if print_result:
-        print_summary(summary)
-    return summary | {"eval": evals, "last_metrics": {k: float(np.asarray(v)) for k, v in last.items()},
-                      "model": trainer.model(), "history": history}
+    objects = {"eval": evals, "last_metrics": {k: float(np.asarray(v)) for k, v in last.items()},
+               "model": trainer.model(), "tokenizer": tok, "history": history}
+    return finish_run(summary, cfg.train.out_dir, **objects) if print_result else summary | objects

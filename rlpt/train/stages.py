@@ -32,6 +32,9 @@ def run_stage(cfg):
     check_checkpoint_source(cfg)  # a train.init_from checkpoint defines the architecture and tokenizer
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
+    from rlpt.runtime import setup
+
+    setup(cfg.runtime)  # persistent compilation cache, compile-time counter
     target = STAGES[cfg.stage]
     run = importlib.import_module(target).run if isinstance(target, str) else target
     return run(cfg)
