@@ -221,6 +221,11 @@ class ObserveConfig:
     drift_bins: int = num(10, ge=2)
     drift_ks_threshold: float = num(0.25)  # <= 0: test off
     drift_psi_threshold: float = num(0.25)  # <= 0: test off
+    # the reward-hacking audit (a shaping or judge component rising against a fixed anchor while the verifier's
+    # outcome does not; rlpt.observe.components) has its own KS / PSI thresholds (<= 0: test off); its window,
+    # anchor size, bins and minimum samples are the drift_* ones
+    audit_ks_threshold: float = num(0.25)
+    audit_psi_threshold: float = num(0.25)
     alert_hooks: list[str] = dataclasses.field(default_factory=list)
     trajectory_log: bool = True
     traj_log_max_bytes: int = num(16 << 20, ge=1)
@@ -274,7 +279,9 @@ class PrefConfig:
     ppo_steps: int = num(100, ge=0)  # 0: a no-update control (docs/preference.md)
     ppo_lr: float = num(5.0e-5, gt=0)
     ppo_epochs: int = num(1, ge=1)
-    rm_weight: float = num(1.0)  # reward = rm_weight * RM score + verifier_weight * verifier score - KL
+    # reward = rm_weight * RM score + verifier_weight * the reward mixture's reward (cfg.reward; the default
+    # reward=correctness is the verifier's score) - KL
+    rm_weight: float = num(1.0)
     verifier_weight: float = num(0.0)
     kl_coef: float = num(0.05, ge=0)  # KL-in-reward to the frozen reference
     kl_estimator: str = "k1"

@@ -113,12 +113,9 @@ def effective_context(grid: np.ndarray, lengths, threshold: float) -> int:
 
 
 def heatmap(grid: np.ndarray, lengths, depths, path: str, title: str) -> str:
-    import matplotlib
+    from rlpt.observe.report import new_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(lengths), 1.2 + 0.6 * len(depths)))
+    fig, ax = new_figure((1.2 + 0.9 * len(lengths), 1.2 + 0.6 * len(depths)))
     im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [f"{L // 1024}k" if L >= 1024 else str(L) for L in lengths])
     ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
@@ -131,5 +128,4 @@ def heatmap(grid: np.ndarray, lengths, depths, path: str, title: str) -> str:
     fig.colorbar(im, ax=ax, label="accuracy")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

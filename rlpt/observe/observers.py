@@ -144,7 +144,8 @@ def default_observers(cfg, out_dir: str) -> list:
                         psi_threshold=ocfg.drift_psi_threshold)
         sink = AlertSink(out_dir, tb, ocfg.alert_hooks)
         # the audit goes first: DriftObserver.close closes the shared sink
-        observers.append(RewardAuditObserver(sink, **settings))
+        observers.append(RewardAuditObserver(sink, **settings | {"ks_threshold": ocfg.audit_ks_threshold,
+                                                                   "psi_threshold": ocfg.audit_psi_threshold}))
         observers.append(DriftObserver(DriftDetector(**settings), sink, tb))
     if ocfg.trajectory_log:
         observers.append(TrajectoryLogObserver(os.path.join(out_dir, "trajectories"), ocfg.traj_log_max_bytes,

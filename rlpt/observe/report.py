@@ -2,13 +2,18 @@
 import json
 import os
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from rlpt.observe.cost import cost, cost_line
 
-from rlpt.observe.cost import cost, cost_line  # noqa: E402
+
+def new_figure(figsize, dpi: int = 100):
+    """(figure, axes) drawn without pyplot: no process-wide backend switch and no figure left open, so a
+    notebook's inline plots keep working after a run writes its report."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, dpi=dpi)
+    return fig, fig.subplots()
 
 TIME_KEYS = (("gen_s", "generate"), ("verify_s", "verify"), ("train_s", "train"), ("idle_s", "trainer idle"),
              ("step_s", "step wall"))
@@ -27,7 +32,7 @@ def _smooth(y: np.ndarray, k: int) -> np.ndarray:
 
 def _plot(path, series: dict, title: str, ylabel: str, xlabel="RL step", marks=(), ylim=None):
     """Line plot of {label: (x, y)}; long noisy series get a moving average over the raw curve."""
-    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
+    fig, ax = new_figure((7, 3.6), dpi=110)
     for i, (label, (x, y)) in enumerate(series.items()):
         y = np.asarray(y, float)
         k = max(len(y) // 25, 1)
@@ -48,13 +53,12 @@ def _plot(path, series: dict, title: str, ylabel: str, xlabel="RL step", marks=(
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def _bars(path, groups: dict[str, dict[str, float]], title: str):
     """Grouped bars: x = keys of each group's dict (domains), one bar per group (stage); values in [0, 1]."""
     cats = sorted({c for g in groups.values() for c in g})
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(cats) * max(len(groups), 1) / 2 + 2), 3.6), dpi=110)
+    fig, ax = new_figure((max(5, 1.2 * len(cats) * max(len(groups), 1) / 2 + 2), 3.6), dpi=110)
     width = 0.8 / max(len(groups), 1)
     for i, (name, vals) in enumerate(groups.items()):
         xs = np.arange(len(cats)) + (i - (len(groups) - 1) / 2) * width
@@ -71,7 +75,6 @@ def _bars(path, groups: dict[str, dict[str, float]], title: str):
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
 
 
 def _history_plots(out_dir: str, history: list[dict], marks) -> list[str]:

@@ -1,5 +1,6 @@
-"""PPO-RLHF: reward = reward-model score (+ verifier score where a domain has one), KL-in-reward to the frozen
-reference, a value head on the policy's hidden states with GAE, the clipped PPO surrogate and value loss."""
+"""PPO-RLHF: reward = reward-model score (+ the reward mixture's reward: the verifier's outcome and the components
+cfg.reward names), KL-in-reward to the frozen reference, a value head on the policy's hidden states with GAE, the
+clipped PPO surrogate and value loss."""
 import functools
 import json
 import os
@@ -113,6 +114,10 @@ def run(cfg: Config) -> dict:
     """SFT warm start -> reward model (trained here unless pref.rm_path) -> PPO; held-out pass@1 and RM score
     before and after."""
     from rlpt.eval.heldout import heldout_tasks
+    from rlpt.observe.components import component_row, run_means
+    from rlpt.pipeline.judges import run_judges
+    from rlpt.pipeline.producer import mix_rewards
+    from rlpt.rewards.mixture import RewardMixture
     from rlpt.tasks.curriculum import build_curriculum
     from rlpt.tasks.files import rl_domains
     from rlpt.train.sft import domain_mixture, get_tokenizer
@@ -151,31 +156,34 @@ def run(cfg: Config) -> dict:
     progress = Progress(p.ppo_steps, start, cfg.train.log_every, cfg.train.progress)
     history = []
     t_ppo = time.time()
-    for step in range(start + 1, p.ppo_steps + 1):
-        tasks = curriculum.tasks(cstate, step, np.random.default_rng([cfg.train.seed, 23, step]),
-                                 rcfg.prompts_per_step)
-        traj = rollout(trainer.model(), tok, tasks, rcfg, seed=cfg.train.seed * 1_000_003 + step, version=step - 1)
-        t_batch = time.time()
-        batch, row = make_batch(trainer, aux_fn, traj, rm, p, row_len)
-        t_train = time.time()
-        for _ in range(p.ppo_epochs):
-            m = to_float(trainer.step(batch))
-        n = max(m["tokens"], 1.0)
-        row |= {"step": step, "loss": m["loss"], "grad_norm": m["grad_norm"], "gen_s": traj.gen_s,
-                "verify_s": traj.verify_s, "score_s": t_train - t_batch, "train_s": time.time() - t_train}
-        row |= {k: v / n for k, v in m.items() if k.startswith("ppo/")}
-        G = rcfg.group_size
-        cstate = curriculum.update(cstate, [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
-                                             float(traj.passed[i * G:(i + 1) * G].mean()))
-                                            for i, t in enumerate(tasks)])
-        history.append(row)
-        if tb:
-            tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
-            mlog.write(json.dumps(row) + "\n")
-        progress.update(step, {k: row[k] for k in ("loss", "rm_score", "pass_rate", "kl_ref")})
-        if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == p.ppo_steps):
-            trainer.checkpointer.save(int(trainer.state.step), trainer.state, {"curriculum": _encode(cstate)},
-                                      force=True)
+    mixture = RewardMixture(cfg.reward)
+    with run_judges(cfg, tok, policy, cfg.train.out_dir) as judge_info:  # judges the mixture names
+        for step in range(start + 1, p.ppo_steps + 1):
+            tasks = curriculum.tasks(cstate, step, np.random.default_rng([cfg.train.seed, 23, step]),
+                                     rcfg.prompts_per_step)
+            traj = rollout(trainer.model(), tok, tasks, rcfg, seed=cfg.train.seed * 1_000_003 + step, version=step - 1)
+            traj = mix_rewards(traj, mixture)  # the verifier's part of the reward is the run's reward mixture
+            t_batch = time.time()
+            batch, row = make_batch(trainer, aux_fn, traj, rm, p, row_len)
+            t_train = time.time()
+            for _ in range(p.ppo_epochs):
+                m = to_float(trainer.step(batch))
+            n = max(m["tokens"], 1.0)
+            row |= {"step": step, "loss": m["loss"], "grad_norm": m["grad_norm"], "gen_s": traj.gen_s,
+                    "verify_s": traj.verify_s, "score_s": t_train - t_batch, "train_s": time.time() - t_train}
+            row |= {k: v / n for k, v in m.items() if k.startswith("ppo/")} | component_row(traj)
+            G = rcfg.group_size
+            cstate = curriculum.update(cstate, [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
+                                                 float(traj.passed[i * G:(i + 1) * G].mean()))
+                                                for i, t in enumerate(tasks)])
+            history.append(row)
+            if tb:
+                tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
+                mlog.write(json.dumps(row) + "\n")
+            progress.update(step, {k: row[k] for k in ("loss", "rm_score", "pass_rate", "kl_ref")})
+            if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == p.ppo_steps):
+                trainer.checkpointer.save(int(trainer.state.step), trainer.state, {"curriculum": _encode(cstate)},
+                                          force=True)
     progress.close()
     if trainer.checkpointer is not None:
         trainer.checkpointer.close()
@@ -191,7 +199,8 @@ def run(cfg: Config) -> dict:
                "tokenizer": tok.source, "vocab_size": trainer.model_cfg.vocab_size, "ppo_steps": p.ppo_steps,
                "pass1_before": before["pass1"], "pass1_after": after["pass1"],
                "rm_score_before": before["rm_score"], "rm_score_after": after["rm_score"],
-               "rm_weight": p.rm_weight, "verifier_weight": p.verifier_weight, "kl_coef": p.kl_coef,
+               "rm_weight": p.rm_weight, "verifier_weight": p.verifier_weight, "reward": cfg.reward.name,
+               "reward_components": run_means(history), **judge_info, "kl_coef": p.kl_coef,
                "reward_norm": p.reward_norm, "vf_lr": p.vf_lr,
                "final_kl_ref": float(np.mean([h["kl_ref"] for h in history[-10:]])) if history else None,
                "rm_pairwise_accuracy": rm_info.get("pairwise_accuracy"), "rm_path": p.rm_path or rm_info.get("rm_path"),

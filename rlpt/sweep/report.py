@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from rlpt.observe.report import new_figure
 from rlpt.sweep.results import Sweep, load, lower_is_better, scalars
 
 # Curves drawn from a metrics log by default: the RL ones where the log has them, else the loss.
@@ -17,7 +18,7 @@ def _slug(text: str) -> str:
 
 
 def _fmt(x) -> str:
-    return "" if x is None else f"{x:.4g}"
+    return "" if x is None else f"{0.0 if abs(x) < 1e-12 else x:.4g}"  # float residue such as 1e-17 reads as 0
 
 
 def _cell(row: dict, m: str) -> str:
@@ -94,18 +95,11 @@ def write_csv(table: list[dict], path: str) -> None:
         w.writerows(table)
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_bars(table: list[dict], metrics: list[str], folder: str) -> list[str]:
     """bar_<metric>.png: each configuration's mean with its bootstrap interval as the error bar."""
-    plt, names = _pyplot(), []
+    names = []
     for m in metrics:
         rows = [r for r in table if r[f"{m}.n"]]
         if not rows:
@@ -113,7 +107,7 @@ def plot_bars(table: list[dict], metrics: list[str], folder: str) -> list[str]:
         mean = np.array([r[f"{m}.mean"] for r in rows])
         err = np.array([[mu - r[f"{m}.low"] for mu, r in zip(mean, rows)],
                         [r[f"{m}.high"] - mu for mu, r in zip(mean, rows)]])  # (2, C)
-        fig, ax = plt.subplots(figsize=(6, 0.5 + 0.45 * len(rows)))
+        fig, ax = new_figure((6, 0.5 + 0.45 * len(rows)))
         ax.barh(range(len(rows)), mean, xerr=err, capsize=3, color="tab:blue")
         ax.set_yticks(range(len(rows)), [f"{r['config']} (n={r[f'{m}.n']})" for r in rows], fontsize=8)
         ax.invert_yaxis()
@@ -122,7 +116,6 @@ def plot_bars(table: list[dict], metrics: list[str], folder: str) -> list[str]:
         fig.tight_layout()
         names.append(f"bar_{_slug(m)}.png")
         fig.savefig(os.path.join(folder, names[-1]), dpi=100)
-        plt.close(fig)
     return names
 
 
@@ -134,16 +127,32 @@ def _curve_metrics(curve_metrics, log: str, present: set[str]) -> list[str]:
     return [m for m in wanted if m in present]
 
 
+def smoothing_window(n_steps: int) -> int:
+    """Steps a learning curve is averaged over: 1 up to 100 steps, then about n/50 (RL metrics are noisy)."""
+    return 1 if n_steps <= 100 else n_steps // 50
+
+
+def moving_mean(values, k: int) -> np.ndarray:
+    """Trailing mean over the last k values (fewer at the start), same length as `values`."""
+    v = np.asarray(values, np.float64)
+    if k <= 1:
+        return v
+    c = np.concatenate([[0.0], np.cumsum(v)])
+    idx = np.arange(1, len(v) + 1)
+    lo = np.maximum(idx - k, 0)
+    return (c[idx] - c[lo]) / (idx - lo)
+
+
 def plot_curves(sweep: Sweep, folder: str, curve_metrics=None) -> list[str]:
     """curve_<log>_<metric>.png per metrics log and curve metric: per configuration the mean over its ok seeds
-    at each step, with the seeds' min-max band."""
-    plt, names = _pyplot(), []
+    at each step, with the seeds' min-max band; past 100 steps both are trailing moving means (smoothing_window)."""
+    names = []
     configs = [(c, [j.metrics() for j in c.status("ok")]) for c in sweep.configs()]
     logs = list(dict.fromkeys(log for _, runs in configs for r in runs for log in r))
     for log in logs:
         present = {k for _, runs in configs for r in runs for row in r.get(log, []) for k in scalars(row)}
         for m in _curve_metrics(curve_metrics, log, present):
-            fig, ax = plt.subplots(figsize=(7, 4))
+            fig, ax = new_figure((7, 4))
             for c, runs in configs:
                 by_step: dict[float, list[float]] = {}
                 for r in runs:
@@ -155,17 +164,19 @@ def plot_curves(sweep: Sweep, folder: str, curve_metrics=None) -> list[str]:
                 steps = sorted(by_step)
                 vals = [by_step[s] for s in steps]
                 seeds = sum(log in r for r in runs)
-                line, = ax.plot(steps, [np.mean(v) for v in vals], label=f"{c.label} (n={seeds})")
-                ax.fill_between(steps, [min(v) for v in vals], [max(v) for v in vals], color=line.get_color(),
-                                alpha=0.2)
+                k = smoothing_window(len(steps))
+                line, = ax.plot(steps, moving_mean([np.mean(v) for v in vals], k), label=f"{c.label} (n={seeds})")
+                ax.fill_between(steps, moving_mean([min(v) for v in vals], k), moving_mean([max(v) for v in vals], k),
+                                color=line.get_color(), alpha=0.2)
             ax.set_xlabel("step")
             ax.set_ylabel(m)
-            ax.set_title(f"{log}: {m}", fontsize=9)
+            k = smoothing_window(max((len({row["step"] for r in runs for row in r.get(log, [])})
+                                      for _, runs in configs), default=1))
+            ax.set_title(f"{log}: {m}" + (f" (moving mean over {k} steps)" if k > 1 else ""), fontsize=9)
             ax.legend(fontsize=7)
             fig.tight_layout()
             names.append(f"curve_{_slug(os.path.dirname(log) or 'root')}_{_slug(m)}.png")
             fig.savefig(os.path.join(folder, names[-1]), dpi=100)
-            plt.close(fig)
     return names
 
 

@@ -167,7 +167,8 @@ def _sweeper_params(overrides: list[str], name: str) -> dict[str, str]:
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = hydra_compose(config_name=name, overrides=overrides, return_hydra_config=True)
-    params = OmegaConf.to_container(cfg.hydra.sweeper.params) or {}
+    params = cfg.hydra.sweeper.params  # None without a sweep= grid
+    params = OmegaConf.to_container(params) if params is not None else {}
     return {str(k): str(v) for k, v in params.items()}
 
 

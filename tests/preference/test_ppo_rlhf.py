@@ -61,9 +61,17 @@ def test_ppo_rlhf_pulse_from_saved_rm(tmp_path, capsys):
     cfg = compose(["experiment=ppo_rlhf_tiny", "pref.sft_steps=2", f"pref.rm_path={tmp_path / 'rm'}",
                    "pref.ppo_steps=2", "pref.ppo_epochs=2", "pref.verifier_weight=0.5", "rl.rollout.prompts_per_step=4",
                    "rl.rollout.group_size=2", "pref.eval_per_domain=4", "data.batch_size=8", "train.ckpt_every=2",
-                   f"train.out_dir={tmp_path / 'run'}"] + SMALL)
+                   "reward=layered", f"train.out_dir={tmp_path / 'run'}"] + SMALL)
     out = run(cfg)
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    # the verifier's part of the reward is the reward mixture's: its components reach the rows and the summary
+    assert last["reward"] == "layered" and set(last["reward_components"]) == {"correctness", "format",
+                                                                               "length_penalty"}
+    assert all("reward_component/format" in h for h in out["history"])
+    for h in out["history"]:  # layered = correctness + 0.1 format + 0.1 length_penalty (inside the clip range)
+        c = {k: h[f"reward_component/{k}"] for k in ("correctness", "format", "length_penalty")}
+        assert h["verifier_reward"] == pytest.approx(c["correctness"] + 0.1 * c["format"] + 0.1 * c["length_penalty"],
+                                                     abs=1e-6)
     for k in ("pass1_before", "pass1_after", "rm_score_before", "rm_score_after"):
         assert isinstance(last[k], float)
     assert [h["step"] for h in out["history"]] == [1, 2]
