@@ -48,11 +48,17 @@ def test_notebook_is_committed_stripped(name):
     assert set(EXPECTED[name]) <= {c.id for c in nb.cells}
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_notebook_runs(name, tmp_path, monkeypatch):
+def execute(name: str, tmp_path, monkeypatch, **parameters):
+    """Run notebook `name` top to bottom with RLPT_TINY=1 in a fresh kernel, papermill-style `parameters`
+    injected after its parameters cell; check the outputs EXPECTED names; returns the executed notebook."""
     from nbclient import NotebookClient
 
     nb = read(name)
+    if parameters:
+        at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+        cell = nbformat.v4.new_code_cell("\n".join(f"{k} = {v!r}" for k, v in parameters.items()))
+        cell.metadata["tags"] = ["injected-parameters"]
+        nb.cells.insert(at + 1, cell)
     monkeypatch.setenv("RLPT_TINY", "1")  # the kernel inherits this process's environment
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' tempfile.mkdtemp() folders land in tmp_path
     # A failing cell raises CellExecutionError with the cell's source and traceback.
@@ -61,3 +67,16 @@ def test_notebook_runs(name, tmp_path, monkeypatch):
     for cid, want in EXPECTED[name].items():
         got = output_text(cells[cid])
         assert want in got, f"{name}.ipynb cell {cid}: {want!r} not in its outputs:\n{got[-2000:]}"
+    return nb
+
+
+def test_quickstart_then_inspect_its_rollouts(tmp_path, monkeypatch):
+    execute("quickstart", tmp_path, monkeypatch)
+    runs = [p for p in tmp_path.iterdir() if p.name.startswith("rlpt-quickstart-")]
+    assert len(runs) == 1 and (runs[0] / "rl" / "trajectories").is_dir()
+    # the run the quickstart notebook made is the one inspect_rollouts reads (as a user would chain them)
+    execute("inspect_rollouts", tmp_path, monkeypatch, RUN=str(runs[0]))
+
+
+def test_ablate_rewards_runs(tmp_path, monkeypatch):
+    execute("ablate_rewards", tmp_path, monkeypatch)

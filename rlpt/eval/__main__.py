@@ -96,7 +96,11 @@ def run_contamination(cfg: EvalConfig) -> dict:
 
 def run(cfg: EvalConfig) -> dict:
     """The mode cfg asks for (compare, contamination, effective context, or a suite evaluation); its JSON line."""
+    from rlpt.config.schema import RuntimeConfig
+    from rlpt.runtime import setup
+
     validate(cfg)
+    setup(RuntimeConfig())  # the persistent compilation cache, as for training ($RLPT_COMPILATION_CACHE or ~/.cache)
     if cfg.compare:
         return run_compare(cfg)
     if cfg.contamination:
