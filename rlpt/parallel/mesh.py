@@ -26,6 +26,10 @@ def maybe_initialize_distributed(cfg) -> bool:
         kwargs["process_id"] = cfg.process_id
     elif os.environ.get("JAX_PROCESS_ID"):
         kwargs["process_id"] = int(os.environ["JAX_PROCESS_ID"])
+    if jax.distributed.is_initialized():  # a second stage in the same run (cold start, then RL)
+        return True
+    if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # cross-process collectives on CPU
     jax.distributed.initialize(**kwargs)
     log.info("jax.distributed initialised: process %d of %d", jax.process_index(), jax.process_count())
     return True

@@ -231,7 +231,7 @@ def finish_run(summary: dict, out_dir: str, **objects) -> dict:
     tokenizer, history, ...) added for Python callers."""
     from rlpt.runtime import compile_stats
 
-    summary = summary | compile_stats()
+    summary = summary | compile_stats() | {"process_count": jax.process_count()}
     if jax.process_index() == 0:
         os.makedirs(out_dir, exist_ok=True)
         path = os.path.join(out_dir, "summary.json")
