@@ -11,7 +11,7 @@ import pytest
 import rlpt
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SFT = ["experiment=sft_tiny", "train.steps=3", "train.eval_every=0", "train.ckpt_every=3", "runtime.compilation_cache="]
+SFT = ["experiment=sft_tiny", "train.steps=2", "train.eval_every=0", "train.ckpt_every=2", "runtime.compilation_cache="]
 
 
 def _launch(*args, timeout=300):
@@ -33,7 +33,7 @@ def test_two_processes_of_four_devices_train_as_one_of_eight(tmp_path):
     assert any(ln.startswith("[p1] ") for ln in lines)
     summary = json.loads([ln for ln in lines if ln.startswith("[p0] {")][-1][len("[p0] "):])
     assert summary["process_count"] == 2 and not any(ln.startswith("[p1] {") for ln in lines)  # process 0 reports
-    assert (two / "checkpoints" / "3").is_dir()
+    assert (two / "checkpoints" / "2").is_dir()
     # the same run in this process: 8 fake devices (tests/conftest.py), the same global mesh and data
     one = rlpt.run(SFT + [f"train.out_dir={tmp_path / 'one'}"])
     assert one.summary["process_count"] == 1
