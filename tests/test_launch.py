@@ -38,6 +38,12 @@ def test_two_processes_of_four_devices_train_as_one_of_eight(tmp_path):
     one = rlpt.run(SFT + [f"train.out_dir={tmp_path / 'one'}"])
     assert one.summary["process_count"] == 1
     assert _losses(two) == pytest.approx(_losses(one.out_dir), rel=1e-5)
+    # the 2-process checkpoint resumes in 1 process (8 devices) and continues as the 1-process run does
+    more = [o.replace("train.steps=2", "train.steps=3") for o in SFT]
+    resumed = rlpt.run(more + [f"train.out_dir={two}"])
+    straight = rlpt.run(more + [f"train.out_dir={one.out_dir}"])
+    assert resumed.summary["process_count"] == 1 and len(_losses(two)) == 3
+    assert _losses(two) == pytest.approx(_losses(straight.out_dir), rel=1e-5)
 
 
 def test_a_dead_process_stops_the_others_and_is_named():
