@@ -50,12 +50,12 @@ class RunResult:
     def metrics(self, log: str | None = None) -> dict[str, list[dict]]:
         """{metrics log (relative path, e.g. "metrics.jsonl", "rl/metrics.jsonl"): rows, one per step}; `log`
         picks one."""
-        from rlpt.sweep.results import find_logs, read_log
+        from rlpt.sweep.results import find_logs, read_logs
 
-        names = [n for n in find_logs(self.out_dir) if log is None or n == log]
-        if log is not None and not names:
+        found = read_logs(self.out_dir, log)
+        if log is not None and not found:
             raise KeyError(f"{log!r}: no such metrics log in {self.out_dir} (have {find_logs(self.out_dir)})")
-        return {n: read_log(os.path.join(self.out_dir, n)) for n in names}
+        return found
 
     def metrics_frame(self, log: str | None = None):
         """The metrics as a pandas DataFrame (one row per step and log; a `log` column); needs pandas."""
@@ -73,6 +73,7 @@ def run(cfg: Config | list[str] | tuple[str, ...]) -> RunResult:
     from omegaconf import OmegaConf
 
     from rlpt.train.preflight import check_run_folder
+    from rlpt.train.sft import get_tokenizer  # the run's tokenizer: train.init_from's, data.tokenizer's or builtin
     from rlpt.train.stages import run_stage
 
     if not isinstance(cfg, Config):
@@ -85,10 +86,9 @@ def run(cfg: Config | list[str] | tuple[str, ...]) -> RunResult:
     summary_path = os.path.join(cfg.train.out_dir, "summary.json")
     with open(summary_path) as f:
         summary = json.load(f)
-    tok = returned.get("tokenizer")  # the object (finish_run puts it over the summary's tokenizer description)
     objects = {k: v for k, v in returned.items() if k not in summary and k != "model"}
     return RunResult(summary=summary, out_dir=os.path.abspath(cfg.train.out_dir), config=cfg,
-                     model=returned.get("model"), tokenizer=None if isinstance(tok, str) else tok, objects=objects)
+                     model=returned.get("model"), tokenizer=get_tokenizer(cfg), objects=objects)
 
 
 def evaluate(policy, suite: str = "quickstart", *, tokenizer=None, **options) -> dict:

@@ -63,34 +63,28 @@ def tune_malloc() -> None:
 
 
 DEFAULT_CACHE = "~/.cache/rlpt/jax"
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # XLA compilation or a persistent-cache read
-_compile_s = [0.0]
-_listening = [False]
-
-
-_cache_counts = {"/jax/compilation_cache/cache_hits": 0, "/jax/compilation_cache/cache_misses": 0}
+# JAX monitoring events counted since the last setup(): compile time (an XLA compilation or a persistent-cache
+# read; seconds) and the persistent cache's hits and misses
+_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile_s",
+           "/jax/compilation_cache/cache_hits": "compile_cache_hits",
+           "/jax/compilation_cache/cache_misses": "compile_cache_misses"}
+_stats = dict.fromkeys(_EVENTS.values(), 0)
+_listening = []
 
 
 def _on_duration(event: str, seconds: float, **_) -> None:
-    if event == _COMPILE_EVENT:
-        _compile_s[0] += seconds
+    if event in _EVENTS:
+        _stats[_EVENTS[event]] += seconds
 
 
 def _on_event(event: str, **_) -> None:
-    if event in _cache_counts:
-        _cache_counts[event] += 1
-
-
-def compile_seconds() -> float:
-    """Seconds spent getting executables (XLA compiles and compilation-cache reads) since the last setup()."""
-    return _compile_s[0]
+    if event in _EVENTS:
+        _stats[_EVENTS[event]] += 1
 
 
 def compile_stats() -> dict:
     """compile_s and the persistent cache's hits and misses since the last setup() (run summaries carry them)."""
-    return {"compile_s": round(_compile_s[0], 2),
-            "compile_cache_hits": _cache_counts["/jax/compilation_cache/cache_hits"],
-            "compile_cache_misses": _cache_counts["/jax/compilation_cache/cache_misses"]}
+    return _stats | {"compile_s": round(_stats["compile_s"], 2)}
 
 
 def setup(rcfg) -> str | None:
@@ -101,12 +95,11 @@ def setup(rcfg) -> str | None:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    if not _listening[0]:
+    if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_on_duration)
         jax.monitoring.register_event_listener(_on_event)
-        _listening[0] = True
-    _compile_s[0] = 0.0
-    _cache_counts.update(dict.fromkeys(_cache_counts, 0))
+        _listening.append(True)
+    _stats.update(dict.fromkeys(_stats, 0))
     folder = rcfg.compilation_cache
     if folder == "auto":
         folder = os.environ.get("RLPT_COMPILATION_CACHE", DEFAULT_CACHE)

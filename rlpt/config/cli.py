@@ -6,10 +6,9 @@ import inspect
 import os
 import re
 
+from rlpt.config.schema import CONF_DIR
 from rlpt.observe.tags import FAILURE_TAGS
 
-CONF_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments",
-                                        "conf"))
 # Hydra's own options that take a value: passed through untouched by translate_argv
 HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}

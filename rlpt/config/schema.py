@@ -333,15 +333,23 @@ def register_configs() -> None:
     cs.store(name="rlpt_schema", node=Config)
 
 
-def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config") -> Config:
-    """The typed Config for `python -m rlpt.train <overrides>`, for notebooks and tests."""
+def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config", *,
+                 return_hydra_config: bool = False):
+    """The DictConfig Hydra composes for `python -m rlpt.train <overrides>` (with `hydra.*` when asked)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
 
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = OmegaConf.to_object(hydra_compose(config_name=config_name, overrides=list(overrides)))
+        return hydra_compose(config_name=config_name, overrides=list(overrides),
+                             return_hydra_config=return_hydra_config)
+
+
+def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config") -> Config:
+    """The typed Config for `python -m rlpt.train <overrides>`, for notebooks and tests."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_object(compose_dict(overrides, config_name))
     validate(cfg)
     if isinstance(cfg, Config):
         from rlpt.train.source import check_checkpoint_source

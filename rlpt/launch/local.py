@@ -50,11 +50,12 @@ def launch_local(cmd: list[str], nproc: int, *, devices_per_process: int | None 
         raise ValueError("no command to launch: python -m rlpt.launch local --nproc N -- python -m rlpt.train ...")
     out = out or sys.stdout
     port = port or free_port()
-    procs = []
+    procs, pumps = [], []
     for rank in range(nproc):
         p = subprocess.Popen(cmd, env=process_env(os.environ, rank, nproc, port, devices_per_process),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        threading.Thread(target=_pump, args=(rank, p.stdout, out), daemon=True).start()
+        pumps.append(threading.Thread(target=_pump, args=(rank, p.stdout, out), daemon=True))
+        pumps[-1].start()
         procs.append(p)
     status, failed = 0, None
     while True:
@@ -74,7 +75,8 @@ def launch_local(cmd: list[str], nproc: int, *, devices_per_process: int | None 
         status = status if status > 0 else 128 - status
     for p in procs:
         p.wait()
-    time.sleep(0.1)  # let the pump threads print the last lines
+    for t in pumps:  # the last lines; a grandchild still holding the pipe does not hold the launcher
+        t.join(timeout=grace_s)
     return status
 
 

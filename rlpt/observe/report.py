@@ -19,7 +19,7 @@ TIME_KEYS = (("gen_s", "generate"), ("verify_s", "verify"), ("train_s", "train")
              ("step_s", "step wall"))
 
 
-def _smooth(y: np.ndarray, k: int) -> np.ndarray:
+def smooth(y: np.ndarray, k: int) -> np.ndarray:
     """Trailing moving average over k points (k <= 1: unchanged); NaNs stay out of the mean."""
     if k <= 1 or len(y) < 2 * k:
         return y
@@ -39,7 +39,7 @@ def _plot(path, series: dict, title: str, ylabel: str, xlabel="RL step", marks=(
         color = f"C{i}"
         if k > 1:
             ax.plot(x, y, color=color, alpha=0.25, lw=0.8)
-            ax.plot(x, _smooth(y, k), color=color, label=f"{label} ({k}-step mean)")
+            ax.plot(x, smooth(y, k), color=color, label=f"{label} ({k}-step mean)")
         else:
             ax.plot(x, y, color=color, label=label, marker="." if len(y) < 30 else None)
     for j, m in enumerate(marks):

@@ -15,6 +15,8 @@ def maybe_initialize_distributed(cfg) -> bool:
     env = os.environ.get("JAX_COORDINATOR_ADDRESS")
     if not (cfg.distributed or env):
         return False
+    if jax.distributed.is_initialized():  # a second stage in the same run (cold start, then RL)
+        return True
     kwargs = {}
     if cfg.coordinator_address or env:
         kwargs["coordinator_address"] = cfg.coordinator_address or env
@@ -26,8 +28,6 @@ def maybe_initialize_distributed(cfg) -> bool:
         kwargs["process_id"] = cfg.process_id
     elif os.environ.get("JAX_PROCESS_ID"):
         kwargs["process_id"] = int(os.environ["JAX_PROCESS_ID"])
-    if jax.distributed.is_initialized():  # a second stage in the same run (cold start, then RL)
-        return True
     if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # cross-process collectives on CPU
     jax.distributed.initialize(**kwargs)

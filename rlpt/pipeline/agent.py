@@ -180,4 +180,4 @@ def run(cfg: Config) -> dict:
             f"{f} {v['sft_pass1']:.2f} -> {v['rl_pass1']:.2f} (n={v['n']})" for f, v in summary["per_family"].items()),
             flush=True)
     print(f"[agent] sample episode after RL:\n{rl_eval['sample']}", flush=True)
-    return finish_run(summary, cfg.train.out_dir, model=rl["model"], tokenizer=tok)
+    return finish_run(summary, cfg.train.out_dir, model=rl["model"])

@@ -55,4 +55,4 @@ def run(cfg: Config) -> dict:
                           per_domain={"base": base["per_domain"], "sft": sft_eval["per_domain"],
                                       "rl": rl_eval["per_domain"]})
     summary["report"] = report
-    return finish_run(summary, cfg.train.out_dir, model=rl["model"], tokenizer=tok, history=rl["history"])
+    return finish_run(summary, cfg.train.out_dir, model=rl["model"], history=rl["history"])

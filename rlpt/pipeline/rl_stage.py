@@ -70,4 +70,4 @@ def run(cfg: Config) -> dict:
     summary["report"] = write_report(cfg.train.out_dir, title=f"rlpt run: {cfg.experiment_name}", summary=summary,
                                      history=hist, evals={"before": before["pass1"], "after": after["pass1"]},
                                      per_domain={"before": before["per_domain"], "after": after["per_domain"]})
-    return finish_run(summary, cfg.train.out_dir, model=rl["model"], tokenizer=tok, history=hist)
+    return finish_run(summary, cfg.train.out_dir, model=rl["model"], history=hist)

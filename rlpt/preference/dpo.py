@@ -159,4 +159,4 @@ def run(cfg: Config) -> dict:
                "final_loss": last.get("loss"), "reward_accuracy": last.get("pref/reward_accuracy"),
                "pairs": counts, "eval_tasks": len(eval_tasks), "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
-    return finish_run(summary, cfg.train.out_dir, model=policy, tokenizer=tok, last_metrics=last)
+    return finish_run(summary, cfg.train.out_dir, model=policy, last_metrics=last)

@@ -207,8 +207,7 @@ def run(cfg: Config) -> dict:
                "eval_tasks": len(eval_tasks),
                "time_split_s": {k: round(v, 2) for k, v in split.items()}, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
-    return finish_run(summary, cfg.train.out_dir, model=trainer.model(), tokenizer=tok, history=history,
-                  reward_model=rm)
+    return finish_run(summary, cfg.train.out_dir, model=trainer.model(), history=history, reward_model=rm)
 
 
 def _encode(state: dict) -> dict:

@@ -196,4 +196,4 @@ def run(cfg: Config) -> dict:
                "tokenizer": tok.source, "vocab_size": backbone.config.vocab_size, "source": cfg.pref.source,
                "rm_steps": cfg.pref.rm_steps, **info, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
-    return finish_run(summary, cfg.train.out_dir, reward_model=rm, tokenizer=tok)
+    return finish_run(summary, cfg.train.out_dir, reward_model=rm)

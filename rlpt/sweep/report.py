@@ -1,20 +1,15 @@
 """summarize(): a sweep folder's summary.md, summary.csv, bar charts of the headline metrics and learning curves."""
 import csv
 import os
-import re
 
 import numpy as np
 
-from rlpt.observe.report import new_figure
+from rlpt.observe.report import new_figure, smooth
 from rlpt.sweep.results import Sweep, load, lower_is_better, scalars
 
 # Curves drawn from a metrics log by default: the RL ones where the log has them, else the loss.
 RL_CURVES = ("reward_mean", "pass_rate")
 LOSS_CURVES = ("loss",)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^\w.-]+", "_", text).strip("_")
 
 
 def _fmt(x) -> str:
@@ -60,8 +55,8 @@ def markdown(sweep: Sweep, table: list[dict], comparison: list[dict], metrics: l
                                        + [_cell(r, m) for m in metrics]) + " |")
     if metrics:
         lines += ["", "## Best configuration per metric", "",
-                  "Lower is better for losses, times and lengths (names with `loss`, ending in `_s`, or a `len` "
-                  "word part); higher for everything else.", ""]
+                  "Lower is better for losses, times and lengths (names with `loss`, ending in `_s` but not "
+                  "`_per_s`, or a `len` word part); higher for everything else.", ""]
         for m, r in best(table, metrics).items():
             lines.append(f"- `{m}` ({'lower' if lower_is_better(m) else 'higher'} is better): `{r['config']}` "
                          f"({_fmt(r[f'{m}.mean'])}, n={r[f'{m}.n']})")
@@ -95,10 +90,9 @@ def write_csv(table: list[dict], path: str) -> None:
         w.writerows(table)
 
 
-
-
 def plot_bars(table: list[dict], metrics: list[str], folder: str) -> list[str]:
     """bar_<metric>.png: each configuration's mean with its bootstrap interval as the error bar."""
+    from rlpt.config.cli import slug
     names = []
     for m in metrics:
         rows = [r for r in table if r[f"{m}.n"]]
@@ -114,7 +108,7 @@ def plot_bars(table: list[dict], metrics: list[str], folder: str) -> list[str]:
         ax.set_xlabel(f"{m} ({'lower' if lower_is_better(m) else 'higher'} is better); bars: mean, whiskers: "
                       "bootstrap interval over seeds", fontsize=8)
         fig.tight_layout()
-        names.append(f"bar_{_slug(m)}.png")
+        names.append(f"bar_{slug(m)}.png")
         fig.savefig(os.path.join(folder, names[-1]), dpi=100)
     return names
 
@@ -132,20 +126,11 @@ def smoothing_window(n_steps: int) -> int:
     return 1 if n_steps <= 100 else n_steps // 50
 
 
-def moving_mean(values, k: int) -> np.ndarray:
-    """Trailing mean over the last k values (fewer at the start), same length as `values`."""
-    v = np.asarray(values, np.float64)
-    if k <= 1:
-        return v
-    c = np.concatenate([[0.0], np.cumsum(v)])
-    idx = np.arange(1, len(v) + 1)
-    lo = np.maximum(idx - k, 0)
-    return (c[idx] - c[lo]) / (idx - lo)
-
-
 def plot_curves(sweep: Sweep, folder: str, curve_metrics=None) -> list[str]:
     """curve_<log>_<metric>.png per metrics log and curve metric: per configuration the mean over its ok seeds
     at each step, with the seeds' min-max band; past 100 steps both are trailing moving means (smoothing_window)."""
+    from rlpt.config.cli import slug
+
     names = []
     configs = [(c, [j.metrics() for j in c.status("ok")]) for c in sweep.configs()]
     logs = list(dict.fromkeys(log for _, runs in configs for r in runs for log in r))
@@ -165,9 +150,9 @@ def plot_curves(sweep: Sweep, folder: str, curve_metrics=None) -> list[str]:
                 vals = [by_step[s] for s in steps]
                 seeds = sum(log in r for r in runs)
                 k = smoothing_window(len(steps))
-                line, = ax.plot(steps, moving_mean([np.mean(v) for v in vals], k), label=f"{c.label} (n={seeds})")
-                ax.fill_between(steps, moving_mean([min(v) for v in vals], k), moving_mean([max(v) for v in vals], k),
-                                color=line.get_color(), alpha=0.2)
+                mean, low, high = (smooth(np.array([f(v) for v in vals], float), k) for f in (np.mean, min, max))
+                line, = ax.plot(steps, mean, label=f"{c.label} (n={seeds})")
+                ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
             ax.set_xlabel("step")
             ax.set_ylabel(m)
             k = smoothing_window(max((len({row["step"] for r in runs for row in r.get(log, [])})
@@ -175,7 +160,7 @@ def plot_curves(sweep: Sweep, folder: str, curve_metrics=None) -> list[str]:
             ax.set_title(f"{log}: {m}" + (f" (moving mean over {k} steps)" if k > 1 else ""), fontsize=9)
             ax.legend(fontsize=7)
             fig.tight_layout()
-            names.append(f"curve_{_slug(os.path.dirname(log) or 'root')}_{_slug(m)}.png")
+            names.append(f"curve_{slug(os.path.dirname(log) or 'root')}_{slug(m)}.png")
             fig.savefig(os.path.join(folder, names[-1]), dpi=100)
     return names
 

@@ -72,6 +72,11 @@ def find_logs(folder: str) -> list[str]:
     return found
 
 
+def read_logs(folder: str, log: str | None = None) -> dict[str, list[dict]]:
+    """{log path: rows (one per step)} of a run folder's metrics logs (find_logs); `log` picks one (empty if absent)."""
+    return {n: read_log(os.path.join(folder, n)) for n in find_logs(folder) if log is None or n == log}
+
+
 def scalars(d: dict) -> dict[str, float]:
     """The finite numeric (not bool) values of a flat dict."""
     return {k: float(v) for k, v in d.items()
@@ -88,19 +93,14 @@ class Job:
     status: str
     summary: dict
     error: str = ""
-    _logs: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def logs(self) -> list[str]:
         """Relative paths of the job's metrics logs: metrics.jsonl and */metrics.jsonl (e.g. rl/, sft/)."""
         return find_logs(self.folder)
 
     def metrics(self, log: str | None = None) -> dict[str, list[dict]]:
-        """{log path: rows (one per step)}, read on first use; `log` picks one (an empty dict if absent)."""
-        names = self.logs() if log is None else [n for n in self.logs() if n == log]
-        for n in names:
-            if n not in self._logs:
-                self._logs[n] = read_log(os.path.join(self.folder, n))
-        return {n: self._logs[n] for n in names}
+        """{log path: rows (one per step)}; `log` picks one (an empty dict if absent)."""
+        return read_logs(self.folder, log)
 
 
 def load_job(folder: str, num: int) -> Job:

@@ -14,9 +14,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from rlpt.config.schema import register_configs
+from rlpt.config.schema import CONF_DIR, register_configs
 
-CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf")
 register_configs()
 _SNAPSHOT = None  # the run folder as it was before Hydra wrote into it (set by the preflight)
 

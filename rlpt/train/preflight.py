@@ -158,16 +158,11 @@ def sweep_jobs(argv: list[str]) -> tuple[list[list[str]], str] | None:
 
 def _sweeper_params(overrides: list[str], name: str) -> dict[str, str]:
     """hydra.sweeper.params of the composed config (what a `sweep=<grid>` config sets), as key -> value string."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    from rlpt.config.schema import CONF_DIR, register_configs
+    from rlpt.config.schema import compose_dict
 
-    register_configs()
-    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        cfg = hydra_compose(config_name=name, overrides=overrides, return_hydra_config=True)
-    params = cfg.hydra.sweeper.params  # None without a sweep= grid
+    params = compose_dict(overrides, name, return_hydra_config=True).hydra.sweeper.params  # None without a grid
     params = OmegaConf.to_container(params) if params is not None else {}
     return {str(k): str(v) for k, v in params.items()}
 

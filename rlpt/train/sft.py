@@ -130,5 +130,5 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
                "pass1_after": after["pass1"] if after else None,
                "wall_s": round(time.time() - t_start, 2), "run_dir": os.path.abspath(cfg.train.out_dir)}
     objects = {"eval": evals, "last_metrics": {k: float(np.asarray(v)) for k, v in last.items()},
-               "model": trainer.model(), "tokenizer": tok, "history": history}
+               "model": trainer.model(), "history": history}
     return finish_run(summary, cfg.train.out_dir, **objects) if print_result else summary | objects
