@@ -31,6 +31,8 @@ class MeshConfig:
     coordinator_address: str | None = None
     num_processes: int | None = num(None, ge=1)
     process_id: int | None = num(None, ge=0)
+    timeout_s: float = num(300.0, gt=0)  # longest wait for another process (start-up, config check)
+    heartbeat_s: float = num(100.0, gt=0)  # a process silent this long is dead: the others' collectives fail
 
 
 @dataclasses.dataclass
@@ -78,6 +80,8 @@ class DataConfig:
     replay_share: float = num(0.0, ge=0, le=1)  # fraction of examples drawn from sources marked replay
     seq_len: int = num(128, ge=2)  # rows are shifted by one token: 2 is the least that trains anything
     batch_size: int = num(32, ge=1)  # rows per optimizer step (split into optim.grad_accum micro-batches)
+    # the global batch is `shards` streams of batch_size/shards rows; each process builds its own (0: one per process)
+    shards: int = num(0, ge=0)
     packing: bool = True
     overlong: str = choice("truncate", "truncate", "drop")
     easy_to_hard: bool = False

@@ -12,6 +12,7 @@ from safetensors.numpy import save_file
 
 from rlpt.models.config import ModelConfig, RopeScaling
 from rlpt.models.transformer import param_axes, param_shapes
+from rlpt.parallel.distributed import to_host
 from rlpt.parallel.rules import named_sharding
 
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -265,7 +266,7 @@ def save_params(params: dict, cfg: ModelConfig, folder: str, *, max_shard_bytes:
     np_dtype = np.dtype(jnp.dtype(dtype or cfg.param_dtype))
     tensors: dict[str, np.ndarray] = {}
     for key, arr in _flat_keys(params).items():
-        host = np.asarray(jax.device_get(arr)).astype(np_dtype)
+        host = to_host(arr).astype(np_dtype)  # every process takes part in the gather; process 0 writes
         to_hf = tmap[key][2]
         if key.startswith("layers/"):
             for i, n in enumerate(names[key]):

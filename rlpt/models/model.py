@@ -50,9 +50,10 @@ class Model:
     def save_pretrained(self, folder: str, *, dtype: str | None = None, max_shard_bytes: int = 2 << 30,
                         tokenizer=None) -> None:
         """Write an HF checkpoint folder (config.json + safetensors) that `transformers` loads (LoRA-wrapped
-        weights, `LoraWeight`, are written merged)."""
+        weights, `LoraWeight`, are written merged). Several processes: every one calls it (the weights are
+        gathered), process 0 writes."""
         hf.save_params(merged_params(self.params), self.config, folder, dtype=dtype, max_shard_bytes=max_shard_bytes)
-        if tokenizer is not None:
+        if tokenizer is not None and jax.process_index() == 0:
             tokenizer.save(folder)
 
     def with_params(self, params) -> "Model":

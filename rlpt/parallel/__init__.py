@@ -1,5 +1,14 @@
 """Mesh, logical-axis sharding rules and multi-host initialisation."""
-from rlpt.parallel.mesh import AXES, make_mesh, maybe_initialize_distributed, mesh_shape
+from rlpt.parallel.distributed import (
+    DistributedError,
+    check_same_config,
+    gather_rows,
+    host_rows,
+    maybe_initialize_distributed,
+    peer_failure,
+    to_host,
+)
+from rlpt.parallel.mesh import AXES, make_mesh, mesh_shape
 from rlpt.parallel.rules import (
     DEFAULT_RULES,
     axis_rules,
@@ -9,5 +18,6 @@ from rlpt.parallel.rules import (
     named_sharding,
 )
 
-__all__ = ["AXES", "DEFAULT_RULES", "axis_rules", "constrain", "current_mesh", "logical_spec", "make_mesh",
-           "maybe_initialize_distributed", "mesh_shape", "named_sharding"]
+__all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "axis_rules", "check_same_config", "constrain", "current_mesh",
+           "gather_rows", "host_rows", "logical_spec", "make_mesh", "maybe_initialize_distributed", "mesh_shape",
+           "named_sharding", "peer_failure", "to_host"]

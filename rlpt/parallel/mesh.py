@@ -1,38 +1,12 @@
-"""Device mesh from config (axes data, fsdp, tensor, seq) and multi-host initialisation."""
+"""Device mesh from config (axes data, fsdp, tensor, seq); multi-host initialisation is rlpt.parallel.distributed."""
 import logging
-import os
 
 import jax
 import numpy as np
 from jax.sharding import AxisType
 
-log = logging.getLogger(__name__)
 AXES = ("data", "fsdp", "tensor", "seq")
-
-
-def maybe_initialize_distributed(cfg) -> bool:
-    """jax.distributed.initialize when the config or the environment (JAX_COORDINATOR_ADDRESS) asks."""
-    env = os.environ.get("JAX_COORDINATOR_ADDRESS")
-    if not (cfg.distributed or env):
-        return False
-    if jax.distributed.is_initialized():  # a second stage in the same run (cold start, then RL)
-        return True
-    kwargs = {}
-    if cfg.coordinator_address or env:
-        kwargs["coordinator_address"] = cfg.coordinator_address or env
-    if cfg.num_processes is not None:
-        kwargs["num_processes"] = cfg.num_processes
-    elif os.environ.get("JAX_NUM_PROCESSES"):
-        kwargs["num_processes"] = int(os.environ["JAX_NUM_PROCESSES"])
-    if cfg.process_id is not None:
-        kwargs["process_id"] = cfg.process_id
-    elif os.environ.get("JAX_PROCESS_ID"):
-        kwargs["process_id"] = int(os.environ["JAX_PROCESS_ID"])
-    if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # cross-process collectives on CPU
-    jax.distributed.initialize(**kwargs)
-    log.info("jax.distributed initialised: process %d of %d", jax.process_index(), jax.process_count())
-    return True
+log = logging.getLogger(__name__)
 
 
 def mesh_shape(cfg, num_devices: int) -> dict[str, int]:
@@ -57,4 +31,11 @@ def make_mesh(cfg, devices=None) -> jax.sharding.Mesh:
     if cfg.axis_type not in ("auto", "explicit"):
         raise ValueError(f"mesh.axis_type={cfg.axis_type!r}; expected 'auto' or 'explicit'")
     kind = AxisType.Auto if cfg.axis_type == "auto" else AxisType.Explicit
-    return jax.make_mesh(tuple(sizes.values()), AXES, axis_types=(kind,) * len(AXES), devices=devices)
+    mesh = jax.make_mesh(tuple(sizes.values()), AXES, axis_types=(kind,) * len(AXES), devices=devices)
+    inner = sizes["tensor"] * sizes["seq"]
+    spans = [len({d.process_index for d in group}) for group in mesh.devices.reshape(-1, inner)]
+    if max(spans) > 1:  # process-major devices: data/fsdp cross hosts, tensor/seq should not
+        log.warning("mesh: the tensor x seq axes (%d devices) span %d processes; their per-layer collectives will "
+                    "cross hosts. Keep mesh.tensor x mesh.seq within one host's %d devices.", inner, max(spans),
+                    jax.local_device_count())
+    return mesh

@@ -14,7 +14,7 @@ import jax
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import evaluate
 from rlpt.observe.tensorboard import TBWriter
-from rlpt.train.data import SFTData
+from rlpt.train.data import HostData
 from rlpt.train.loop import make_trainer, maybe_resume, to_float
 from rlpt.train.losses import sft_loss
 
@@ -36,7 +36,8 @@ def run(cfg: Config, tok, mixture, *, max_new_tokens: int) -> dict:
     names, _, tiers = mixture
     dev = dev_tasks(names, tiers, cfg.rl.sft_dev_per_domain) if cfg.rl.sft_target_pass > 0 else []
     trainer = make_trainer(cfg, sft_loss)
-    data = SFTData(cfg.data, tok, cfg.train.seed, domains=mixture, total_steps=cfg.train.steps)
+    data = HostData(cfg.data, tok, cfg.train.seed, grad_accum=cfg.optim.grad_accum, domains=mixture,
+                    total_steps=cfg.train.steps)
     meta = maybe_resume(trainer) or {}
     if meta.get("data") is not None:
         data.set_state(meta["data"])
@@ -53,7 +54,7 @@ def run(cfg: Config, tok, mixture, *, max_new_tokens: int) -> dict:
         while not done and step < cfg.train.steps:
             step += 1
             host, _ = data.next_batch()
-            metrics = to_float(trainer.step(host))
+            metrics = to_float(trainer.step(host, host_local=True))
             row = {"step": step, "loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}
             if dev and step % cfg.rl.sft_check_every == 0:
                 row["dev_pass1"] = evaluate(trainer.model(), tok, dev, max_new_tokens=max_new_tokens)["pass1"]

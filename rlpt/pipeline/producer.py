@@ -12,10 +12,13 @@ import queue
 import threading
 import time
 
+import jax
 import numpy as np
 
 from rlpt.config.schema import Config
 from rlpt.models.config import DTYPES
+from rlpt.parallel.distributed import gather_objects, host_rows, local_replica
+from rlpt.rollout.single_turn import concat_trajectories
 
 
 def source_version(step: int, lag: int, start: int, ckpt_every: int) -> int:
@@ -41,7 +44,11 @@ def mix_rewards(traj, mixture):
 
 
 def rollout_model(model, rcfg):
-    """The policy as the sampler runs it: the same parameters at rl.rollout.compute_dtype (None: unchanged)."""
+    """The policy as the sampler runs it: the same parameters at rl.rollout.compute_dtype (None: unchanged); in a
+    run of several processes, a full copy on this process's devices (`local_replica`: each process samples its
+    share of a step with its own local sampler)."""
+    if jax.process_count() > 1:
+        model = type(model)(model.config, local_replica(model.params))
     dtype = rcfg.compute_dtype
     if dtype is None or dtype == model.config.compute_dtype:
         return model
@@ -58,6 +65,11 @@ class Producer:
     batch `step` as (trajectories, train rows, metrics):
     `prepare(traj) -> (rows, metrics)` (advantages, masks) runs on the producer's side too, after `mixture`
     (the run's RewardMixture; None: the rollout's rewards) has set the rewards (`mix_rewards`).
+
+    Several processes: every process draws the step's whole task list from the curriculum (the same on each),
+    samples, verifies and scores its contiguous share of the tasks (whole groups; rollout_fn gets `row_offset`,
+    the global id of its first row, so rows draw as in one process), and the shares are exchanged
+    (`gather_objects`, no device collective): advantages, metrics and logs see the whole batch on every process.
     """
 
     def __init__(self, cfg: Config, tok, curriculum, cstate, start: int, model, rollout_fn, prepare, *,
@@ -66,6 +78,7 @@ class Producer:
         self.mixture = mixture
         self.prepare = prepare
         self.lag = cfg.rl.max_staleness if asynchronous else 0
+        host_rows(cfg.rl.rollout.prompts_per_step, "rl.rollout.prompts_per_step")  # whole groups per process
         if self.lag < 0:
             raise ValueError(f"rl.max_staleness={cfg.rl.max_staleness} must be >= 0")
         self.start, self.ckpt_every = start, ckpt_every
@@ -98,9 +111,15 @@ class Producer:
             model, cstate = self.snapshots[need]
         rng = np.random.default_rng([self.cfg.train.seed, 11, step])
         tasks = self.curriculum.tasks(cstate, step, rng, self.cfg.rl.rollout.prompts_per_step)
-        traj = self.rollout_fn(model, self.tok, tasks, self.cfg.rl.rollout,
-                               seed=self.cfg.train.seed * 1_000_003 + step, version=need)
+        mine, kwargs = tasks, {}
+        if jax.process_count() > 1:  # this process's share of the step: whole groups
+            share = host_rows(len(tasks), "rl.rollout.prompts_per_step")
+            mine, kwargs = tasks[share], {"row_offset": share.start * self.cfg.rl.rollout.group_size}
+        traj = self.rollout_fn(model, self.tok, mine, self.cfg.rl.rollout,
+                               seed=self.cfg.train.seed * 1_000_003 + step, version=need, **kwargs)
         traj = mix_rewards(traj, self.mixture)
+        if jax.process_count() > 1:
+            traj = concat_trajectories(gather_objects(traj, f"rl/step/{step}"), tasks)
         return (traj, *self.prepare(traj))
 
     def _put(self, item):

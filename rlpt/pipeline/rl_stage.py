@@ -53,7 +53,7 @@ def run(cfg: Config) -> dict:
     after = eval_model(rl["model"])
     print(f"[eval after]  held-out pass@1 = {after['pass1']:.3f}", flush=True)
     exported = None
-    if cfg.train.export_hf and jax.process_index() == 0:
+    if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         exported = export_checkpoint(rl["model"], tok, os.path.join(cfg.train.out_dir, "hf"),
                                      source=cfg.train.init_from)
     hist = rl["history"]

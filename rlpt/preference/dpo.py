@@ -149,7 +149,7 @@ def run(cfg: Config) -> dict:
         tb.scalar("eval/pass1", after["pass1"], p.rounds * p.steps)
         tb.close()
         mlog.close()
-    if cfg.train.export_hf and jax.process_index() == 0:
+    if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_checkpoint(policy, tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)
     summary = {"stage": "dpo", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
                "tokenizer": tok.source, "vocab_size": policy.config.vocab_size, "loss": p.loss, "ref": p.ref,

@@ -3,9 +3,11 @@ answer against a corrupted one the verifier rejects) or JSONL files; every sourc
 import random
 import string
 
+import jax
 import numpy as np
 
 from rlpt.config.schema import Config, RolloutConfig
+from rlpt.parallel.distributed import gather_objects, local_replica
 from rlpt.preference.data import PrefPair, clean_pairs, read_pairs, train_tasks
 from rlpt.rollout.format import completion_ids, prompt_ids
 
@@ -19,40 +21,61 @@ def verifier_pairs(model, tok, tasks, *, samples: int, temperature: float, max_n
     """`samples` samples per task through the sampler; each distinct failed response is paired with the
     task's first passed one (or, with gold_fallback, the gold answer when none passed). Returns (pairs,
     counts of tasks with a pair / all passed / all failed / gold-chosen)."""
-    from rlpt.rollout.single_turn import rollout
-
     if samples < 2:
         raise ValueError(f"pref.samples_per_task={samples}: a verifier pair needs at least 2 samples per task")
+    # Several processes: chunk i is sampled by process i mod P on its own copy of the weights, and the chunks'
+    # results are exchanged; seeds and rows are the chunk's, so the pairs are those of one process.
+    count, me = jax.process_count(), jax.process_index()
+    if count > 1:
+        model = type(model)(model.config, local_replica(model.params))
+    mine = {}
+    for i, start in enumerate(range(0, len(tasks), chunk)):
+        if i % count == me:
+            mine[start] = _chunk_pairs(model, tok, tasks[start:start + chunk], samples, temperature, max_new_tokens,
+                                       max_prompt_len, seed * 1_000_003 + start, gold_fallback)
+    if count > 1:
+        mine = {k: v for part in gather_objects(mine, "pref/verifier_pairs") for k, v in part.items()}
     pairs = []
     counts = {"tasks": len(tasks), "tasks_with_pair": 0, "all_passed": 0, "all_failed": 0, "gold_chosen": 0}
     passed_total = 0
-    for start in range(0, len(tasks), chunk):
-        part = tasks[start:start + chunk]
-        rcfg = RolloutConfig(prompts_per_step=len(part), group_size=samples, max_new_tokens=max_new_tokens,
-                             temperature=temperature, max_prompt_len=max_prompt_len)
-        traj = rollout(model, tok, part, rcfg, seed=seed * 1_000_003 + start, version=0)
-        passed_total += int(traj.passed.sum())
-        for i, task in enumerate(part):
-            rows = range(i * samples, (i + 1) * samples)
-            resp = {r: tuple(int(t) for t in traj.response[r, :int(traj.lengths[r])]) for r in rows}
-            good = [r for r in rows if traj.passed[r]]
-            bad = list(dict.fromkeys(resp[r] for r in rows if not traj.passed[r]))
-            if not bad:
-                counts["all_passed"] += 1
-                continue
-            if good:
-                chosen = resp[good[0]]
-            elif gold_fallback:
-                chosen = tuple(completion_ids(tok, task.meta["answer"]))
-                counts["gold_chosen"] += 1
-            else:
-                counts["all_failed"] += 1
-                continue
-            counts["tasks_with_pair"] += 1
-            prompt = tuple(traj.prompts[i * samples])
-            pairs += [PrefPair(prompt, chosen, b, task.id) for b in bad]
+    for start in sorted(mine):
+        chunk_pairs, chunk_counts, passed = mine[start]
+        pairs += chunk_pairs
+        passed_total += passed
+        for k, v in chunk_counts.items():
+            counts[k] += v
     counts["sample_pass_rate"] = passed_total / max(len(tasks) * samples, 1)
     return pairs, counts
+
+
+def _chunk_pairs(model, tok, part, samples, temperature, max_new_tokens, max_prompt_len, seed, gold_fallback):
+    """(pairs, counts, passed samples) of one chunk of tasks (`verifier_pairs`)."""
+    from rlpt.rollout.single_turn import rollout
+
+    rcfg = RolloutConfig(prompts_per_step=len(part), group_size=samples, max_new_tokens=max_new_tokens,
+                         temperature=temperature, max_prompt_len=max_prompt_len)
+    traj = rollout(model, tok, part, rcfg, seed=seed, version=0)
+    pairs, counts = [], {"tasks_with_pair": 0, "all_passed": 0, "all_failed": 0, "gold_chosen": 0}
+    for i, task in enumerate(part):
+        rows = range(i * samples, (i + 1) * samples)
+        resp = {r: tuple(int(t) for t in traj.response[r, :int(traj.lengths[r])]) for r in rows}
+        good = [r for r in rows if traj.passed[r]]
+        bad = list(dict.fromkeys(resp[r] for r in rows if not traj.passed[r]))
+        if not bad:
+            counts["all_passed"] += 1
+            continue
+        if good:
+            chosen = resp[good[0]]
+        elif gold_fallback:
+            chosen = tuple(completion_ids(tok, task.meta["answer"]))
+            counts["gold_chosen"] += 1
+        else:
+            counts["all_failed"] += 1
+            continue
+        counts["tasks_with_pair"] += 1
+        prompt = tuple(traj.prompts[i * samples])
+        pairs += [PrefPair(prompt, chosen, b, task.id) for b in bad]
+    return pairs, counts, int(traj.passed.sum())
 
 
 def _perturb(text: str, rng: random.Random) -> str:

@@ -193,7 +193,7 @@ def run(cfg: Config) -> dict:
     if tb:
         tb.close()
         mlog.close()
-    if cfg.train.export_hf and jax.process_index() == 0:
+    if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_checkpoint(trainer.model(), tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)
     summary = {"stage": "ppo_rlhf", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
                "tokenizer": tok.source, "vocab_size": trainer.model_cfg.vocab_size, "ppo_steps": p.ppo_steps,

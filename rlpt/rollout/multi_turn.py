@@ -108,10 +108,12 @@ def _step_all(pool, eps, rows, actions):
 
 
 def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int, make_env=None,
-            workers: int = 8) -> Trajectories:
+            workers: int = 8, row_offset: int = 0) -> Trajectories:
     """rcfg.group_size episodes per task, at most max_turns policy turns and rcfg.max_new_tokens tokens
     (policy and tool) after the prompt each, cut at rcfg.episode_timeout_s. make_env(task) -> gymnasium env
-    (default: `default_env`). Rewards are the environments' (a cut or crashed episode scores 0)."""
+    (default: `default_env`). Rewards are the environments' (a cut or crashed episode scores 0). row_offset: the
+    global id of the first episode (a process's share of a step, `rlpt.sampling.generate`): it seeds the
+    environments and the sampler's rows as in one process."""
     from rlpt.sampling import continue_generation, generate
 
     G, N = rcfg.group_size, rcfg.max_new_tokens
@@ -131,7 +133,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     try:
         def start(r):
             eps[r].env = make_env(tasks_env[r // G])
-            return eps[r].env.reset(seed=seed + r, options={"task": tasks_env[r // G]})[0]
+            return eps[r].env.reset(seed=seed + row_offset + r, options={"task": tasks_env[r // G]})[0]
 
         starts = [pool.submit(start, r) for r in range(len(eps))]
         first = [None] * len(tasks)
@@ -162,7 +164,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         # Cache: prompt bucket + the episode budget, plus room for one padded feed past a full row.
         cache_len = max(len(p) for p in prompts) + 2 * N + 8
         t1 = time.monotonic()
-        gen = generate(model, prompts, N, n=G, seed=seed, max_cache_len=cache_len, **sampling)
+        gen = generate(model, prompts, N, n=G, seed=seed, max_cache_len=cache_len, row_offset=row_offset, **sampling)
         gen_s += time.monotonic() - t1
         turn_rows = [r for r, ep in enumerate(eps) if ep.status == "running"]
         while True:

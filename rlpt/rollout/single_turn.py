@@ -48,6 +48,32 @@ class Trajectories:
     components: list[dict[str, float]] | None = None
 
 
+def concat_trajectories(parts: list, tasks: list) -> Trajectories:
+    """One batch from consecutive shares of a step (the processes' Trajectories in process order) over `tasks`,
+    the step's whole task list: rows and groups in order, (R, N) arrays padded with 0 to the widest share,
+    gen_s and verify_s the slowest share's."""
+    if len(parts) == 1:
+        return parts[0]
+    first, out = parts[0], {}
+    for f in dataclasses.fields(Trajectories):
+        values = [getattr(p, f.name) for p in parts]
+        if f.name in ("tasks", "version") or all(v is None for v in values):
+            continue
+        if f.name in ("gen_s", "verify_s"):
+            out[f.name] = max(values)
+        elif f.name == "group_ids":
+            offsets = np.cumsum([0] + [len(p.tasks) for p in parts[:-1]])
+            out[f.name] = np.concatenate([v + o for v, o in zip(values, offsets)])
+        elif isinstance(values[0], np.ndarray) and values[0].ndim == 2:
+            width = max(v.shape[1] for v in values)
+            out[f.name] = np.concatenate([np.pad(v, ((0, 0), (0, width - v.shape[1]))) for v in values])
+        elif isinstance(values[0], np.ndarray):
+            out[f.name] = np.concatenate(values)
+        else:
+            out[f.name] = [x for v in values for x in v]
+    return dataclasses.replace(first, tasks=list(tasks), **out)
+
+
 def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
     """(rewards, passed, texts, verdicts, policy texts) per sample; a crashing verifier scores 0 (a Verdict
     with the error in details) and the run goes on."""
@@ -72,10 +98,11 @@ def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
     return np.asarray(rewards, np.float32), np.asarray(passed, bool), texts, verdicts, own
 
 
-def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None) -> Trajectories:
+def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None, row_offset: int = 0) -> Trajectories:
     """Generate rcfg.group_size samples per task and verify them. Rewards are the verifier's scores (the run's
     reward mixture replaces them: rlpt.pipeline.producer.mix_rewards); reward_fn(task, text, score) -> float
-    sets them instead, as the one component 'reward_fn', and no mixture is applied."""
+    sets them instead, as the one component 'reward_fn', and no mixture is applied. row_offset: the global id of
+    the first row (a process's share of a step: rows draw as in one process, `rlpt.sampling.generate`)."""
     from rlpt.sampling import generate
 
     prompts = []
@@ -87,7 +114,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None)
         prompts.append(ids)
     t0 = time.time()
     sampling = dict(n=rcfg.group_size, temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p,
-                    stop_ids=tuple(tok.eos_ids), seed=seed)
+                    stop_ids=tuple(tok.eos_ids), seed=seed, row_offset=row_offset)
     if rcfg.refill:
         from rlpt.sampling import generate_refill
 

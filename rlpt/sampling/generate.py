@@ -111,7 +111,7 @@ def to_generation(state: SamplingState, keep_state: bool) -> Generation:
 
 def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_k=None, top_p=None,
              stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True,
-             decode_phase=DECODE_PHASE) -> Generation:
+             decode_phase=DECODE_PHASE, row_offset=0) -> Generation:
     """Sample continuations of ragged prompts with a KV cache; see `Generation` for the result.
 
     max_new_tokens: an int, or one limit per prompt. temperature 0 is greedy. The cache holds
@@ -121,7 +121,9 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     `continue_generation`. decode_phase: decode in calls whose attention reads only the cache prefix filled
     by their end, the first call at least decode_phase steps long and the windows doubling (`decode_phases`;
     0: one call over the whole cache). Each window is one more compiled shape; the results are the same up to
-    float rounding (a sum over fewer masked slots).
+    float rounding (a sum over fewer masked slots). row_offset: the global id of this call's first row (rows draw
+    from `seed` by global row id), so a process sampling its share of a batch (rows row_offset .. row_offset +
+    R - 1) draws what one process sampling the whole batch draws for them.
     """
     cfg, params = model.config, model.params
     methods = make_methods(temperature, top_k, top_p, min_p)
@@ -135,8 +137,8 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     tokens, lengths = pad_prompts(prompts, T)
 
     with _mesh_scope(mesh):
-        state = engine.prefill(params, tokens, lengths, limits, seed_key(seed),
-                               np.arange(len(prompts) * n, dtype=np.uint32), cfg=cfg, methods=methods,
+        row_ids = np.arange(row_offset, row_offset + len(prompts) * n, dtype=np.uint32)
+        state = engine.prefill(params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=cfg, methods=methods,
                                stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width)
         weights = engine.decode_weights(model)
         for steps, window in decode_phases(int(lengths.max()), width, cache_len, decode_phase):

@@ -22,7 +22,7 @@ from rlpt.sampling.state import FINISH_REASONS
 
 def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, temperature=1.0, top_k=None,
                     top_p=None, stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None,
-                    decode_phase=DECODE_PHASE) -> Generation:
+                    decode_phase=DECODE_PHASE, row_offset=0) -> Generation:
     """Like `generate`, but decodes in a static batch of `slots` rows and refills finished rows from a queue.
 
     The R = len(prompts) * n rows (prompt-major, as in `generate`) are queued; each time rows finish, the
@@ -30,7 +30,7 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     Row r draws with the same per-row key as in `generate`, so results do not depend on the slot or on
     which rows share the batch. Returns a `Generation` without live state. decode_phase: as in `generate`,
     each decode call attends to the cache prefix its live rows fill by its end (`next_window` of the fullest
-    live row); 0: the whole cache.
+    live row); 0: the whole cache. row_offset: as in `generate`.
     """
     cfg, params = model.config, model.params
     methods = make_methods(temperature, top_k, top_p, min_p)
@@ -51,7 +51,8 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
         rows = list(rows) + [-1] * (batch - len(rows))
         tokens, lengths = pad_prompts([prompts[r // n] if r >= 0 else [0] for r in rows], T)
         limit = np.where(np.asarray(rows) >= 0, limits[rows], 1)
-        return engine.prefill(params, tokens, lengths, limit, seed_key(seed), np.maximum(rows, 0).astype(np.uint32),
+        row_ids = (np.maximum(rows, 0) + row_offset).astype(np.uint32)
+        return engine.prefill(params, tokens, lengths, limit, seed_key(seed), row_ids,
                               n=1, cache_len=cache_len, width=width, **static)
 
     out_tokens = np.zeros((R, width), np.int32)

@@ -30,6 +30,7 @@ def main(dcfg) -> None:
     from hydra.types import RunMode
 
     from rlpt.config.validate import validate
+    from rlpt.parallel.distributed import DistributedError, peer_failure
     from rlpt.train.checkpoint import CheckpointWriteError
     from rlpt.train.data import DataError
     from rlpt.train.preflight import HYDRA_ENTRIES, REFUSALS, check_run_folder, explicit_out_dir, record_failure
@@ -66,8 +67,11 @@ def main(dcfg) -> None:
             if _SNAPSHOT is not None:
                 _SNAPSHOT.restore()
             fail(str(e), 2)
-        if isinstance(e, (CheckpointWriteError, DataError)):
+        if isinstance(e, (CheckpointWriteError, DataError, DistributedError)):
             fail(str(e), 1)
+        peer_lost = peer_failure(e)
+        if peer_lost:
+            fail(peer_lost, 1)
         raise
 
 

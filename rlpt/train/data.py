@@ -6,9 +6,11 @@ import json
 import os
 import random
 
+import jax
 import numpy as np
 
 from rlpt.config.schema import DataConfig, SourceConfig
+from rlpt.parallel.distributed import gather_objects
 from rlpt.rollout.format import completion_ids, prompt_ids
 from rlpt.train.packing import first_fit_decreasing, pack_rows, shift_example
 
@@ -102,8 +104,15 @@ class TaskSource:
 class SFTData:
     """Deterministic batches of packed rows. state = {"cursor", "counters", "deferred", "dropped", ...}."""
 
-    def __init__(self, cfg: DataConfig, tok, seed: int, *, domains=None, total_steps: int = 1):
+    def __init__(self, cfg: DataConfig, tok, seed: int, *, domains=None, total_steps: int = 1, shard: int = 0,
+                 num_shards: int = 1):
         self.cfg, self.tok, self.seed = cfg, tok, seed
+        # shard k of S: rows batch_size / S per batch, from examples k, k + S, k + 2S, ... of each source and
+        # source picks k, k + S, ... of the stream (S = 1: the whole stream)
+        self.shard, self.num_shards = shard, num_shards
+        if not 0 <= shard < num_shards or cfg.batch_size % num_shards:
+            raise ValueError(f"data.shards={num_shards}: data.batch_size={cfg.batch_size} must divide into "
+                             f"{num_shards} shards (shard {shard})")
         if cfg.overlong not in ("truncate", "drop"):
             raise ValueError(f"data.overlong={cfg.overlong!r}; expected 'truncate' or 'drop'")
         if not cfg.sources:
@@ -183,7 +192,7 @@ class SFTData:
         return out
 
     def _pick_source(self, i: int) -> str:
-        r = _rng(self.seed, 3, i)
+        r = _rng(self.seed, 3, i * self.num_shards + self.shard)
         replay = [n for n in self.names if self.cfg.sources[n].replay]
         main = [n for n in self.names if not self.cfg.sources[n].replay] or self.names
         pool = replay if replay and r.random() < self.cfg.replay_share else main
@@ -208,13 +217,14 @@ class SFTData:
     def _shifted(self, key):
         """The shifted example for a stream key, from the window cache when it was drawn before."""
         if key not in self._cache:
-            self._cache[key] = shift_example(*self._example(*key))
+            name, j = key
+            self._cache[key] = shift_example(*self._example(name, j * self.num_shards + self.shard))
         return self._cache[key]
 
     def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """One optimizer step of rows (batch_size, seq_len) plus data metrics."""
         cfg, st = self.cfg, self.state
-        row_len, rows_n = self.row_len(st.get("batches", 0)), cfg.batch_size
+        row_len, rows_n = self.row_len(st.get("batches", 0)), cfg.batch_size // self.num_shards
         st["batches"] = st.get("batches", 0) + 1
         window = [tuple(w) for w in st["deferred"]]
         examples = [self._shifted(w) for w in window]
@@ -261,3 +271,66 @@ class SFTData:
     def set_state(self, state: dict) -> None:
         self.state = json.loads(json.dumps(state))
         self.state["deferred"] = [tuple(x) for x in self.state["deferred"]]
+
+
+class HostData:
+    """This process's share of the SFT data: the streams (`SFTData` shards) it owns out of data.shards.
+
+    The global batch of a step is the data.shards streams' rows; micro-batch a (optim.grad_accum) takes rows
+    a*b .. (a+1)*b - 1 of every stream, in stream order. Process p of P owns the streams p*S/P .. (p+1)*S/P - 1,
+    builds only their rows (`next_batch`: host-local, in that micro-batch order), and the step places them with
+    `jax.make_array_from_process_local_data`. The data therefore depends on data.shards, never on the process
+    count: runs with the same data.shards give the same batches on 1 or P processes, and a checkpoint resumes on
+    any process count that divides it (the state holds every stream's). data.shards=0: one stream per process.
+    """
+
+    def __init__(self, cfg: DataConfig, tok, seed: int, *, grad_accum: int = 1, domains=None, total_steps: int = 1):
+        count, me = jax.process_count(), jax.process_index()
+        self.num_shards = cfg.shards or count
+        if self.num_shards % count:
+            raise ValueError(f"data.shards={cfg.shards} must be a multiple of the process count {count}")
+        if cfg.batch_size % (self.num_shards * grad_accum):
+            raise ValueError(f"data.batch_size={cfg.batch_size} must divide into data.shards={self.num_shards} "
+                             f"streams x optim.grad_accum={grad_accum} micro-batches")
+        per = self.num_shards // count
+        self.owned = list(range(me * per, (me + 1) * per))
+        self.grad_accum = grad_accum
+        self.streams = {k: SFTData(cfg, tok, seed, domains=domains, total_steps=total_steps, shard=k,
+                                   num_shards=self.num_shards) for k in self.owned}
+
+    def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """This process's rows of the next global batch (host-local) and the whole batch's data metrics."""
+        parts = [self.streams[k].next_batch() for k in self.owned]
+        A = self.grad_accum
+        batch = {key: np.concatenate([np.concatenate([b[key][a * len(b[key]) // A:(a + 1) * len(b[key]) // A]
+                                                      for b, _ in parts]) for a in range(A)])
+                 for key in parts[0][0]}
+        if jax.process_count() > 1:
+            metrics = [m for ms in gather_objects([m for _, m in parts], "sft/data_metrics") for m in ms]
+        else:
+            metrics = [m for _, m in parts]
+        return batch, {"data/examples": sum(m["data/examples"] for m in metrics),
+                       "data/overlong": sum(m["data/overlong"] for m in metrics),
+                       "data/seq_len": metrics[0]["data/seq_len"],
+                       "data/fill": float(np.mean([m["data/fill"] for m in metrics]))}
+
+    def get_state(self) -> dict:
+        """Every stream's state (all processes must call it: the streams are exchanged)."""
+        own = {k: self.streams[k].get_state() for k in self.owned}
+        if jax.process_count() > 1:
+            own = {k: v for part in gather_objects(own, "sft/data_state") for k, v in part.items()}
+        return {"num_shards": self.num_shards, "shards": {str(k): v for k, v in sorted(own.items())}}
+
+    def set_state(self, state: dict) -> None:
+        if "shards" not in state:  # a checkpoint of one stream (before data.shards)
+            state = {"num_shards": 1, "shards": {"0": state}}
+        if int(state["num_shards"]) != self.num_shards:
+            raise DataError(f"the checkpoint's data has {state['num_shards']} streams (data.shards) but this run has "
+                            f"{self.num_shards}; set data.shards={state['num_shards']} to resume it exactly")
+        for k in self.owned:
+            self.streams[k].set_state(state["shards"][str(k)])
+
+    def overlong(self) -> int:
+        """Examples dropped or truncated so far, over every stream (all processes must call it)."""
+        own = sum(self.streams[k].state["dropped"] + self.streams[k].state["truncated"] for k in self.owned)
+        return sum(gather_objects(own, "sft/data_overlong")) if jax.process_count() > 1 else own

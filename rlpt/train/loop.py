@@ -14,7 +14,7 @@ from rlpt.config.schema import Config
 from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig
 from rlpt.models.transformer import merged_params, param_axes
-from rlpt.parallel import axis_rules, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding
+from rlpt.parallel import axis_rules, gather_rows, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding
 from rlpt.train.checkpoint import Checkpointer
 from rlpt.train.lora import init_lora, lora_axes, lora_params
 from rlpt.train.optim import make_optimizer, make_schedule
@@ -36,15 +36,38 @@ def build_model(cfg: Config, mesh) -> Model:
     return base_model(cfg, mesh)
 
 
-def shard_batch(batch: dict, mesh) -> dict:
-    """Place a global host batch (A, b, T) with batch over (data, fsdp) and sequence over seq."""
+def shard_batch(batch: dict, mesh, host_local: bool = False) -> dict:
+    """Place a batch (A, b, T) with batch over (data, fsdp) and sequence over seq.
+
+    host_local=False: every process holds the whole (host-global) batch and each device takes its part.
+    host_local=True: each process holds only its rows (process order along b: `rlpt.train.data.HostData`) and
+    they become one global array without copying others' rows (`jax.make_array_from_process_local_data`) where
+    the mesh gives each process that contiguous block of b; on a mesh that does not (b replicated across
+    processes), the rows are first gathered to every process."""
     out = {}
+    count = jax.process_count()
     for k, v in batch.items():
         v = np.asarray(v)
         names = (None, "batch", "act_seq")[: v.ndim]
+        if host_local and count > 1:
+            shape = (v.shape[0], v.shape[1] * count, *v.shape[2:])
+            sharding = NamedSharding(mesh, logical_spec(names, shape, mesh))
+            if _owns_row_block(sharding, shape, v.shape[1]):
+                out[k] = jax.make_array_from_process_local_data(sharding, v, shape)
+                continue
+            v = np.concatenate(np.split(gather_rows(v), count), axis=1)  # process-major rows -> host-global (A, B)
         sharding = NamedSharding(mesh, logical_spec(names, v.shape, mesh))
         out[k] = jax.make_array_from_callback(v.shape, sharding, lambda idx, v=v: v[idx])
     return out
+
+
+def _owns_row_block(sharding, shape, rows: int) -> bool:
+    """Whether this process's devices hold exactly rows me*rows .. (me+1)*rows - 1 of axis 1 (and every row of
+    that block only here)."""
+    me = jax.process_index()
+    spans = {idx[1].indices(shape[1])[:2] for idx in sharding.addressable_devices_indices_map(shape).values()}
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    return (lo, hi) == (me * rows, (me + 1) * rows)
 
 
 def microbatch(batch: dict, num_micro: int) -> dict:
@@ -75,7 +98,7 @@ class Trainer:
             return Model(self.model_cfg, self.state.params)
         return Model(self.model_cfg, merged_params(self.params_fn(self.state.params, self.state.frozen)))
 
-    def device_batch(self, host_batch: dict) -> dict:
+    def device_batch(self, host_batch: dict, host_local: bool = False) -> dict:
         """A host batch (B, ...) as the step takes it: columns in data.cp_layout on a sequence-sharded mesh,
         micro-batches (A, B/A, ...) over optim.grad_accum, placed on the mesh.
 
@@ -85,10 +108,12 @@ class Trainer:
         streams_in_loss = self.cfg.rl.algo.share_prefix and "window" in host_batch
         if n_seq > 1 and self.cfg.data.cp_layout != "contiguous" and not streams_in_loss:
             host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq, index_keys=("window",))
-        return shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh)
+        return shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh, host_local)
 
-    def step(self, host_batch: dict):
-        batch = self.device_batch(host_batch)
+    def step(self, host_batch: dict, host_local: bool = False):
+        """One optimizer step on a host batch: host-global (every process holds all rows), or host_local (this
+        process's rows only, `rlpt.train.data.HostData`; `shard_batch`)."""
+        batch = self.device_batch(host_batch, host_local)
         with jax.set_mesh(self.mesh), axis_rules(self.cfg.mesh.rules):
             self.state, metrics = self.step_fn(self.state, batch)
         return metrics

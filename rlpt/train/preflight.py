@@ -50,6 +50,9 @@ def check_run_folder(cfg, ignore: tuple[str, ...] = ()) -> None:
         return
     ckpt_dir = os.path.join(out, "checkpoints")
     if cfg.stage == "sft" and cfg.train.ckpt_every > 0 and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
+        from rlpt.parallel.distributed import maybe_initialize_distributed
+
+        maybe_initialize_distributed(cfg.mesh)  # Orbax starts JAX's backend; several processes must connect first
         Checkpointer(ckpt_dir, every=cfg.train.ckpt_every, keep=cfg.train.keep, async_save=False,
                      fingerprint=run_fingerprint(_sft_model_config(cfg), cfg), seed=cfg.train.seed).manager.close()
 

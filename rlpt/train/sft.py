@@ -9,7 +9,7 @@ import numpy as np
 
 from rlpt.config.schema import Config
 from rlpt.observe.tensorboard import TBWriter
-from rlpt.train.data import SFTData
+from rlpt.train.data import HostData
 from rlpt.train.loop import Progress, export_hf, finish_run, make_trainer, maybe_resume, to_float
 from rlpt.train.losses import sft_loss
 from rlpt.train.source import run_tokenizer
@@ -59,7 +59,8 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     mixture = domain_mixture(cfg) if needs_tasks else None
     os.makedirs(cfg.train.out_dir, exist_ok=True)
     trainer = make_trainer(cfg, sft_loss)
-    data = SFTData(cfg.data, tok, cfg.train.seed, domains=mixture, total_steps=cfg.train.steps)
+    data = HostData(cfg.data, tok, cfg.train.seed, grad_accum=cfg.optim.grad_accum, domains=mixture,
+                    total_steps=cfg.train.steps)
     meta = maybe_resume(trainer)
     if meta is not None:
         data.set_state(meta["data"])
@@ -94,11 +95,11 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     for step in range(start + 1, cfg.train.steps + 1):
         host, dmetrics = data.next_batch()
         t0 = time.time()
-        metrics = to_float(trainer.step(host))
+        metrics = to_float(trainer.step(host, host_local=True))
         dt = time.time() - t0
         tokens_seen += metrics["tokens"]
         metrics |= dmetrics | {"lr": float(trainer.schedule(step - 1)), "tokens_per_s": metrics["tokens"] / dt,
-                               "tflops": flops_tok * host["inputs"].size / dt / 1e12}
+                               "tflops": flops_tok * host["inputs"].size * jax.process_count() / dt / 1e12}
         last = metrics
         history.append({"step": step, "loss": metrics["loss"]})
         if tb:
@@ -115,7 +116,7 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     if trainer.checkpointer is not None:
         trainer.checkpointer.close()
     after = run_eval("after")
-    if cfg.train.export_hf and is_main:
+    if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_hf(trainer, os.path.join(cfg.train.out_dir, "hf"), tok)
     if tb:
         tb.close()
@@ -125,7 +126,7 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
                "vocab_size": trainer.model_cfg.vocab_size,
                "final_loss": last.get("loss", float("nan")), "tokens_trained": tokens_seen,
                "tokens_per_s": tokens_seen / max(time.time() - t_loop, 1e-9),
-               "data_overlong": data.state["dropped"] + data.state["truncated"],
+               "data_overlong": data.overlong(),
                "pass1_before": evals.get("before", {}).get("pass1"),
                "pass1_after": after["pass1"] if after else None,
                "wall_s": round(time.time() - t_start, 2), "run_dir": os.path.abspath(cfg.train.out_dir)}

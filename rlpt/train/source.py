@@ -10,6 +10,8 @@ import dataclasses
 import functools
 import os
 
+import jax
+
 from rlpt.config.validate import ConfigError
 from rlpt.models.config import ModelConfig
 
@@ -148,7 +150,9 @@ def export_checkpoint(model, tok, folder: str, *, source: str = "") -> str:
     tokenizer's stop ids."""
     import json
 
-    model.save_pretrained(folder, tokenizer=tok)
+    model.save_pretrained(folder, tokenizer=tok)  # every process: the weights are gathered, process 0 writes
+    if jax.process_index() != 0:
+        return folder
     gen = {}
     src = os.path.join(source, "generation_config.json") if source else ""
     if src and os.path.isfile(src):

@@ -1,0 +1,230 @@
+"""Several JAX processes as one program: initialisation, the cross-process config check, and host <-> global data.
+
+rlpt is a multi-controller program (JAX's distributed runtime): every process runs the same command, owns its
+local devices, and the mesh spans every process's devices. Three kinds of data appear in a stage and are named
+by what they hold:
+
+- *global* arrays: `jax.Array`s over the whole mesh (parameters, optimizer state, batches on devices); a process
+  can read only its addressable shards of them;
+- *host-global* values: the same numpy value on every process (the task list of a step, a full batch built from
+  the seed; `to_host` turns a global array into one);
+- *host-local* values: this process's share only (`host_rows` of a batch, the rollouts it verifies);
+  `gather_rows` concatenates every process's share in process order, into a host-global value.
+
+Every wait on another process has a timeout (`mesh.timeout_s`; the runtime's heartbeat, `mesh.heartbeat_s`,
+ends a collective whose peer died), and processes whose configs differ stop before the first step, naming the key.
+"""
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import pickle
+
+import jax
+import numpy as np
+
+log = logging.getLogger(__name__)
+PER_PROCESS_KEYS = ("mesh.process_id",)  # config keys that legitimately differ between processes
+_timeout_s = [300.0]  # mesh.timeout_s of this process's initialisation: the default wait for another process
+
+
+class DistributedError(RuntimeError):
+    """Processes of one run disagree (config) or one of them did not answer in time."""
+
+
+def peer_failure(error: BaseException) -> str | None:
+    """A one-line explanation when `error` is a cross-process collective that failed because another process of
+    the run died or stopped (gloo's connection errors, the coordination service's heartbeat timeout); else None."""
+    if jax.process_count() == 1 or not isinstance(error, jax.errors.JaxRuntimeError):
+        return None
+    text = str(error)
+    if not any(s in text for s in ("Gloo", "gloo", "heartbeat", "Connection reset", "UNAVAILABLE", "DEADLINE")):
+        return None
+    return (f"process {jax.process_index()} of {jax.process_count()}: a cross-process collective failed, so another "
+            f"process of this run died or stopped (see its output): {text.splitlines()[0][:300]}")
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def maybe_initialize_distributed(mcfg) -> bool:
+    """`jax.distributed.initialize` once per process when `mesh.distributed` or JAX_COORDINATOR_ADDRESS asks.
+
+    The coordinator, process count and id come from the config, else from JAX_COORDINATOR_ADDRESS /
+    JAX_NUM_PROCESSES / JAX_PROCESS_ID, else from JAX's own cluster detection (SLURM, Cloud TPU, GKE, Open MPI).
+    Must run before anything touches a JAX backend (rlpt.train.stages.run_stage calls it first). On CPU the
+    cross-process collectives are gloo's."""
+    env = os.environ.get("JAX_COORDINATOR_ADDRESS")
+    if not (mcfg.distributed or env):
+        return False
+    if jax.distributed.is_initialized():  # a second stage in the same process (cold start, then RL)
+        return True
+    _timeout_s[0] = float(mcfg.timeout_s)
+    kwargs = dict(initialization_timeout=int(mcfg.timeout_s), heartbeat_timeout_seconds=int(mcfg.heartbeat_s))
+    if mcfg.coordinator_address or env:
+        kwargs["coordinator_address"] = mcfg.coordinator_address or env
+    count = mcfg.num_processes if mcfg.num_processes is not None else _env_int("JAX_NUM_PROCESSES")
+    pid = mcfg.process_id if mcfg.process_id is not None else _env_int("JAX_PROCESS_ID")
+    if count is not None:
+        kwargs["num_processes"] = count
+    if pid is not None:
+        kwargs["process_id"] = pid
+    if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # cross-process collectives on CPU
+    jax.distributed.initialize(**kwargs)
+    log.info("jax.distributed initialised: process %d of %d", jax.process_index(), jax.process_count())
+    return True
+
+
+def _client():
+    from jax._src.distributed import global_state  # JAX's coordination-service client (key-value store, barriers)
+
+    if global_state.client is None:
+        raise DistributedError("jax.distributed is not initialised")
+    return global_state.client
+
+
+def flat_config(cfg) -> dict:
+    """The config as {dotted key: JSON value}, without the keys that differ by process."""
+    out = {}
+
+    def walk(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = json.dumps(value, sort_keys=True, default=str)
+
+    walk("", dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else cfg)
+    return {k: v for k, v in out.items() if k not in PER_PROCESS_KEYS}
+
+
+_checked: list[int] = []  # one check per stage run in this process: a counter keeps the key names unique
+
+
+def check_same_config(cfg, timeout_s: float | None = None) -> None:
+    """Stop every process, naming the first differing key, when the processes' configs differ.
+
+    Each process publishes its config's hash in the coordination service's key-value store and reads every other
+    process's (waiting at most `timeout_s`, default mesh.timeout_s); on a mismatch each process reads the full
+    configs of process 0 and the first differing process and raises the same DistributedError. One process: no-op.
+    """
+    if jax.process_count() == 1:
+        return
+    timeout_ms = int(1000 * (timeout_s if timeout_s is not None else cfg.mesh.timeout_s))
+    client, me, n = _client(), jax.process_index(), jax.process_count()
+    flat = flat_config(cfg)
+    text = json.dumps(flat, sort_keys=True)
+    run = len(_checked)
+    _checked.append(run)
+    client.key_value_set(f"rlpt/config/{run}/text/{me}", text)
+    client.key_value_set(f"rlpt/config/{run}/hash/{me}", hashlib.sha256(text.encode()).hexdigest())
+    hashes = {}
+    for p in range(n):
+        try:
+            hashes[p] = client.blocking_key_value_get(f"rlpt/config/{run}/hash/{p}", timeout_ms)
+        except Exception as e:  # the runtime raises its own error type on a timeout
+            raise DistributedError(f"process {p} did not publish its config within {timeout_ms / 1000:.0f} s "
+                                   f"(mesh.timeout_s): it is not running this stage ({e})") from None
+    odd = [p for p in range(n) if hashes[p] != hashes[0]]
+    if not odd:
+        return
+    theirs = json.loads(client.blocking_key_value_get(f"rlpt/config/{run}/text/{odd[0]}", timeout_ms))
+    ours = json.loads(client.blocking_key_value_get(f"rlpt/config/{run}/text/0", timeout_ms))
+    keys = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    first = keys[0]
+    raise DistributedError(
+        f"config differs between processes: {first} is {ours.get(first, '<missing>')} in process 0 and "
+        f"{theirs.get(first, '<missing>')} in process {odd[0]}"
+        + (f" ({len(keys) - 1} more keys differ: {', '.join(keys[1:6])})" if len(keys) > 1 else "")
+        + (f"; processes {odd} differ from process 0" if len(odd) > 1 else "")
+        + ". Every process must run the same command.")
+
+
+def _wait(client, key: str, timeout_ms: int, who: int, what: str) -> bytes:
+    try:
+        return client.blocking_key_value_get_bytes(key, timeout_ms)
+    except Exception as e:  # the runtime raises its own error type on a timeout or a dead peer
+        raise DistributedError(f"process {who} did not send {what} within {timeout_ms / 1000:.0f} s "
+                               f"(mesh.timeout_s); it died or is stuck ({str(e).splitlines()[0][:200]})") from None
+
+
+_uses: dict[str, int] = {}
+
+
+def gather_objects(obj, key: str, timeout_s: float | None = None) -> list:
+    """Every process's `obj` (picklable), in process order, on every process, through the coordination service's
+    key-value store (no device collective, so a background thread may call it while the main thread trains).
+
+    `key` names this exchange, the same on every process (e.g. "rl/step/12"); calls with the same key are numbered
+    in call order, so a key may repeat (a second stage in the same process). Each wait lasts at most `timeout_s`
+    (default: mesh.timeout_s of the initialisation); a process that never sends raises DistributedError naming it.
+    The keys are deleted once every process has read them."""
+    n = jax.process_count()
+    if n == 1:
+        return [obj]
+    timeout_s = _timeout_s[0] if timeout_s is None else timeout_s
+    client, me, timeout_ms = _client(), jax.process_index(), int(1000 * timeout_s)
+    _uses[key] = _uses.get(key, 0) + 1
+    key = f"{key}#{_uses[key]}"
+    client.key_value_set_bytes(f"rlpt/gather/{key}/{me}", pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+    out = [pickle.loads(_wait(client, f"rlpt/gather/{key}/{p}", timeout_ms, p, key)) if p != me else obj
+           for p in range(n)]
+    try:
+        client.wait_at_barrier(f"rlpt/gather/{key}/read", timeout_ms)
+    except Exception as e:
+        raise DistributedError(f"a process did not finish exchange {key!r} within {timeout_s:.0f} s "
+                               f"(mesh.timeout_s): {str(e).splitlines()[0][:200]}") from None
+    client.key_value_delete(f"rlpt/gather/{key}/{me}")
+    return out
+
+
+def local_replica(tree):
+    """Global arrays (any sharding over several processes) -> full copies on this process's local devices, in one
+    jitted all-gather (every process must call it, in the same order: the main thread). What a multi-process run's
+    local sampler reads; arrays already on this process alone pass through."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    leaves, treedef = jax.tree.flatten(tree)
+    spread = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not x.is_fully_addressable]
+    if not spread:
+        return tree
+    replicated = NamedSharding(leaves[spread[0]].sharding.mesh, PartitionSpec())
+    whole = jax.jit(lambda xs: xs, out_shardings=[replicated] * len(spread))([leaves[i] for i in spread])
+    local = NamedSharding(Mesh(np.asarray(jax.local_devices()), ("local",)), PartitionSpec())
+    for i, x in zip(spread, whole):
+        leaves[i] = jax.make_array_from_single_device_arrays(x.shape, local, [s.data for s in x.addressable_shards])
+    return jax.tree.unflatten(treedef, leaves)
+
+
+def host_rows(n: int, what: str = "rows") -> slice:
+    """This process's contiguous share of `n` rows (process order); n must divide by the process count."""
+    count, me = jax.process_count(), jax.process_index()
+    if n % count:
+        raise ValueError(f"{what}: {n} do not divide over {count} processes; use a multiple of {count}")
+    per = n // count
+    return slice(me * per, (me + 1) * per)
+
+
+def gather_rows(x):
+    """Every process's host-local rows (same shape on each), concatenated in process order, on every process."""
+    if jax.process_count() == 1:
+        return jax.tree.map(np.asarray, x)
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(lambda a: np.asarray(multihost_utils.process_allgather(np.asarray(a), tiled=True)), x)
+
+
+def to_host(x):
+    """The full value of global arrays on every process (numpy); a gather when they span several processes."""
+    def one(a):
+        if not isinstance(a, jax.Array) or a.is_fully_addressable or a.is_fully_replicated:
+            return np.asarray(a)
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(a, tiled=True))
+
+    return jax.tree.map(one, x)
