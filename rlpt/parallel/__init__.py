@@ -2,8 +2,10 @@
 from rlpt.parallel.distributed import (
     DistributedError,
     check_same_config,
+    gather_objects,
     gather_rows,
     host_rows,
+    local_replica,
     maybe_initialize_distributed,
     peer_failure,
     to_host,
@@ -19,5 +21,5 @@ from rlpt.parallel.rules import (
 )
 
 __all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "axis_rules", "check_same_config", "constrain", "current_mesh",
-           "gather_rows", "host_rows", "logical_spec", "make_mesh", "maybe_initialize_distributed", "mesh_shape",
-           "named_sharding", "peer_failure", "to_host"]
+           "gather_objects", "gather_rows", "host_rows", "local_replica", "logical_spec", "make_mesh",
+           "maybe_initialize_distributed", "mesh_shape", "named_sharding", "peer_failure", "to_host"]
