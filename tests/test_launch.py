@@ -107,6 +107,15 @@ def test_grpo_as_two_processes_matches_one(tmp_path):
     assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-5, abs=1e-6)
     assert two["tokens_generated"] == one.summary["tokens_generated"]
     _same_weights(tmp_path / "two", tmp_path / "one")
+    # rl.placement=split: the sampler on 4 devices of its own, the trainer's mesh on the other 4, weights copied
+    # after each update; the run is the colocated one
+    split = rlpt.run(GRPO + ["rl.placement=split", f"train.out_dir={tmp_path / 'split'}"])
+    assert (split.summary["trainer_devices"], split.summary["sampler_devices"]) == (4, 4)
+    c = _rows(tmp_path / "split" / "rl")
+    assert [r["reward_mean"] for r in c] == pytest.approx([r["reward_mean"] for r in b], rel=1e-6)
+    assert [r["loss"] for r in c] == pytest.approx([r["loss"] for r in b], rel=1e-5, abs=1e-6)
+    assert all(r["weight_sync_s"] > 0 for r in c) and all(r["weight_sync_s"] == 0 for r in b)
+    _same_weights(tmp_path / "split", tmp_path / "one")
 
 
 def test_dpo_as_two_processes_matches_one(tmp_path):

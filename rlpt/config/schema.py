@@ -185,6 +185,11 @@ class RLConfig:
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     mode: str = choice("sync", "sync", "async")
     max_staleness: int = num(1, ge=0)
+    # colocated: the sampler reads the trainer's weights on the same devices. split: each process gives its last
+    # `sampler_devices` local devices (0: half) to the sampler, the rest to the trainer's mesh; weights are copied
+    # trainer -> sampler after each update (weight_sync_s in metrics.jsonl)
+    placement: str = choice("colocated", "colocated", "split")
+    sampler_devices: int = num(0, ge=0)
     steps: int = num(200, ge=0)
     lr: float = num(1e-4, gt=0)
     eval_every: int = num(0, ge=0)

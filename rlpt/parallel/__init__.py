@@ -8,6 +8,8 @@ from rlpt.parallel.distributed import (
     local_replica,
     maybe_initialize_distributed,
     peer_failure,
+    place,
+    split_devices,
     to_host,
 )
 from rlpt.parallel.mesh import AXES, make_mesh, mesh_shape
@@ -22,4 +24,5 @@ from rlpt.parallel.rules import (
 
 __all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "axis_rules", "check_same_config", "constrain", "current_mesh",
            "gather_objects", "gather_rows", "host_rows", "local_replica", "logical_spec", "make_mesh",
-           "maybe_initialize_distributed", "mesh_shape", "named_sharding", "peer_failure", "to_host"]
+           "maybe_initialize_distributed", "mesh_shape", "named_sharding", "peer_failure", "place", "split_devices",
+           "to_host"]

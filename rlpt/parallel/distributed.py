@@ -182,22 +182,62 @@ def gather_objects(obj, key: str, timeout_s: float | None = None) -> list:
     return out
 
 
-def local_replica(tree):
-    """Global arrays (any sharding over several processes) -> full copies on this process's local devices, in one
-    jitted all-gather (every process must call it, in the same order: the main thread). What a multi-process run's
-    local sampler reads; arrays already on this process alone pass through."""
+def local_replica(tree, devices=None):
+    """Global arrays (any sharding, any processes) -> full copies on this process's `devices` (default: all its
+    local devices), replicated. Arrays spanning several processes are first all-gathered in one jitted program
+    (every process must call it, in the same order: the main thread); arrays already on this process are copied
+    only when they are not on `devices` yet. What a local sampler reads (multi-process runs, rl.placement=split)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+    devices = list(devices) if devices is not None else jax.local_devices()
+    local = NamedSharding(Mesh(np.asarray(devices), ("local",)), PartitionSpec())
     leaves, treedef = jax.tree.flatten(tree)
     spread = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array) and not x.is_fully_addressable]
-    if not spread:
-        return tree
-    replicated = NamedSharding(leaves[spread[0]].sharding.mesh, PartitionSpec())
-    whole = jax.jit(lambda xs: xs, out_shardings=[replicated] * len(spread))([leaves[i] for i in spread])
-    local = NamedSharding(Mesh(np.asarray(jax.local_devices()), ("local",)), PartitionSpec())
-    for i, x in zip(spread, whole):
-        leaves[i] = jax.make_array_from_single_device_arrays(x.shape, local, [s.data for s in x.addressable_shards])
+    if spread:
+        replicated = NamedSharding(leaves[spread[0]].sharding.mesh, PartitionSpec())
+        whole = jax.jit(lambda xs: xs, out_shardings=[replicated] * len(spread))([leaves[i] for i in spread])
+        for i, x in zip(spread, whole):
+            by_device = {s.device: s.data for s in x.addressable_shards}
+            if all(d in by_device for d in devices):
+                leaves[i] = jax.make_array_from_single_device_arrays(x.shape, local, [by_device[d] for d in devices])
+            else:
+                leaves[i] = jax.device_put(by_device[next(iter(by_device))], local)
+    if devices != jax.local_devices():
+        leaves = [jax.device_put(x, local) if isinstance(x, jax.Array) and set(x.devices()) != set(devices) else x
+                  for x in leaves]
     return jax.tree.unflatten(treedef, leaves)
+
+
+def place(tree, shardings):
+    """`jax.device_put(tree, shardings)`, also across meshes in a run of several processes: an array that must
+    move between device sets there is gathered to every process (`to_host`) and each device takes its part."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, shardings)
+
+    def one(x, sharding):
+        if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(sharding, x.ndim):
+            return x
+        host = to_host(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree, shardings)
+
+
+def split_devices(count: int) -> tuple[list, list]:
+    """(trainer devices, sampler devices) of rl.placement=split: every process gives its last `count` local devices
+    (0: half of them) to the sampler; the trainer's mesh takes the rest of every process's devices."""
+    local = jax.local_device_count()
+    count = count or local // 2
+    if not 0 < count < local:
+        raise ValueError(f"rl.placement=split: rl.sampler_devices={count} must leave the trainer at least one of the "
+                         f"{local} devices of each process (and take at least one)")
+    trainer, sampler = [], []
+    for p in range(jax.process_count()):
+        mine = sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+        trainer += mine[:-count]
+        if p == jax.process_index():
+            sampler = mine[-count:]
+    return trainer, sampler
 
 
 def host_rows(n: int, what: str = "rows") -> slice:

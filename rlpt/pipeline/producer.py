@@ -43,12 +43,13 @@ def mix_rewards(traj, mixture):
     return dataclasses.replace(traj, rewards=rewards, components=parts, verify_s=traj.verify_s + time.time() - t0)
 
 
-def rollout_model(model, rcfg):
-    """The policy as the sampler runs it: the same parameters at rl.rollout.compute_dtype (None: unchanged); in a
-    run of several processes, a full copy on this process's devices (`local_replica`: each process samples its
-    share of a step with its own local sampler)."""
-    if jax.process_count() > 1:
-        model = type(model)(model.config, local_replica(model.params))
+def rollout_model(model, rcfg, devices=None):
+    """The policy as the sampler runs it: the same parameters at rl.rollout.compute_dtype (None: unchanged). With
+    `devices` (rl.placement=split: the sampler's own devices), or in a run of several processes (each samples its
+    share of a step with its own local sampler), a full copy of the weights on this process's sampler devices
+    (`local_replica`)."""
+    if devices is not None or jax.process_count() > 1:
+        model = type(model)(model.config, local_replica(model.params, devices))
     dtype = rcfg.compute_dtype
     if dtype is None or dtype == model.config.compute_dtype:
         return model
@@ -61,7 +62,9 @@ class Producer:
     """Batches in step order; asynchronous: a background thread runs up to `lag` batches ahead.
 
     publish(version, model, cstate) after each train step hands over the new policy and curriculum state
-    (weight sync: same mesh, no copy; the sampler runs it at rl.rollout.compute_dtype); get(step) returns
+    (weight sync: colocated on one process, no copy; with sampler_devices (rl.placement=split) or several
+    processes, a copy onto the sampler's devices, its time in `sync_s`; the sampler runs it at
+    rl.rollout.compute_dtype); get(step) returns
     batch `step` as (trajectories, train rows, metrics):
     `prepare(traj) -> (rows, metrics)` (advantages, masks) runs on the producer's side too, after `mixture`
     (the run's RewardMixture; None: the rollout's rewards) has set the rewards (`mix_rewards`).
@@ -73,7 +76,7 @@ class Producer:
     """
 
     def __init__(self, cfg: Config, tok, curriculum, cstate, start: int, model, rollout_fn, prepare, *,
-                 asynchronous: bool, ckpt_every: int, mixture=None):
+                 asynchronous: bool, ckpt_every: int, mixture=None, sampler_devices=None):
         self.cfg, self.tok, self.curriculum, self.rollout_fn = cfg, tok, curriculum, rollout_fn
         self.mixture = mixture
         self.prepare = prepare
@@ -84,7 +87,9 @@ class Producer:
         self.start, self.ckpt_every = start, ckpt_every
         # version -> (policy as the sampler runs it, curriculum state after that step); a bad
         # rl.rollout.compute_dtype fails here, not in the producer thread
-        self.snapshots = {start: (rollout_model(model, cfg.rl.rollout), cstate)}
+        self.sampler_devices = sampler_devices
+        self.sync_s = 0.0  # the last weight sync trainer -> sampler (0 when the sampler reads the trainer's arrays)
+        self.snapshots = {start: (self._sampler_model(model), cstate)}
         self.cond = threading.Condition()
         self.stopped = False
         self.error: BaseException | None = None
@@ -95,9 +100,19 @@ class Producer:
             self.thread = threading.Thread(target=self._loop, daemon=True, name="rlpt-rollout-producer")
             self.thread.start()
 
+    def _sampler_model(self, model):
+        """The sampler's copy of `model`, timing the copy (blocking until it is on the sampler's devices)."""
+        t0 = time.perf_counter()
+        out = rollout_model(model, self.cfg.rl.rollout, self.sampler_devices)
+        if out.params is not model.params:
+            jax.block_until_ready(out.params)
+            self.sync_s = time.perf_counter() - t0
+        return out
+
     def publish(self, version: int, model, cstate):
+        snapshot = self._sampler_model(model)  # outside the lock: the producer keeps sampling meanwhile
         with self.cond:
-            self.snapshots[version] = (rollout_model(model, self.cfg.rl.rollout), cstate)
+            self.snapshots[version] = (snapshot, cstate)
             self.cond.notify_all()
 
     def produce(self, step: int):

@@ -15,7 +15,7 @@ from rlpt.eval.heldout import family_means
 from rlpt.observe.components import component_row, run_means
 from rlpt.observe.observers import default_observers
 from rlpt.observe.tags import task_outcomes
-from rlpt.parallel import axis_rules
+from rlpt.parallel import axis_rules, split_devices
 from rlpt.pipeline.producer import Producer
 from rlpt.rewards.mixture import RewardMixture
 from rlpt.rollout.single_turn import response_window, rollout, to_rows
@@ -218,8 +218,11 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 and algo.kl_in == "loss" else None
     # Async keeps older policy versions alive for the producer, so their buffers cannot be donated.
     share = shared_prefix_group(cfg)
+    trainer_devices, sampler_devices = None, None
+    if cfg.rl.placement == "split":  # the sampler on its own devices, the trainer's mesh on the rest
+        trainer_devices, sampler_devices = split_devices(cfg.rl.sampler_devices)
     trainer = make_trainer(rcfg, rl_loss(algo, share, cfg.data.cp_layout), init=init_model, extra_frozen=frozen,
-                           donate=not asynchronous)
+                           donate=not asynchronous, devices=trainer_devices)
     # the run's task mixture: the domains group and/or prompt files (data=rl_jsonl), as domain_mixture reads it
     curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
     cstate = curriculum.init_state()
@@ -238,7 +241,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
     producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
                         lambda traj: make_batch(traj, cfg, row_len), asynchronous=asynchronous, ckpt_every=ckpt_every,
-                        mixture=RewardMixture(cfg.reward))
+                        mixture=RewardMixture(cfg.reward), sampler_devices=sampler_devices)
     n_params = int(sum(np.size(x) for x in jax.tree.leaves(trainer.model().params)))
     progress = Progress(cfg.rl.steps, start, cfg.train.log_every, cfg.train.progress)
     bound = producer.lag
@@ -260,7 +263,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             train_s = time.time() - t1
             cstate = curriculum.update(cstate, task_outcomes(traj, G))
             producer.publish(step, trainer.model(), cstate)
-            row = step_row(step, traj, metrics, bmetrics, G)
+            row = step_row(step, traj, metrics, bmetrics, G) | {"weight_sync_s": producer.sync_s}
             ck = trainer.checkpointer
             if ck is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.rl.steps):
                 ck.save(step, trainer.state, {"curriculum": encode_state(cstate)}, force=True)
@@ -300,6 +303,9 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                "tokens_trained": float(sum(h.get("tokens_trained", 0.0) for h in history)),
                "n_params": n_params,
                "final_reward": float(np.mean([h["reward_mean"] for h in history[-10:]])) if history else None}
+    summary |= {"placement": cfg.rl.placement, "trainer_devices": trainer.mesh.size,
+                "sampler_devices": len(sampler_devices) if sampler_devices else jax.local_device_count(),
+                "weight_sync_s": float(np.mean([h.get("weight_sync_s", 0.0) for h in history])) if history else 0.0}
     summary["reward"] = cfg.reward.name
     summary["reward_components"] = run_means(history)
     for extra in closed:

@@ -14,7 +14,15 @@ from rlpt.config.schema import Config
 from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig
 from rlpt.models.transformer import merged_params, param_axes
-from rlpt.parallel import axis_rules, gather_rows, logical_spec, make_mesh, maybe_initialize_distributed, named_sharding
+from rlpt.parallel import (
+    axis_rules,
+    gather_rows,
+    logical_spec,
+    make_mesh,
+    maybe_initialize_distributed,
+    named_sharding,
+    place,
+)
 from rlpt.train.checkpoint import Checkpointer
 from rlpt.train.lora import init_lora, lora_axes, lora_params
 from rlpt.train.optim import make_optimizer, make_schedule
@@ -145,7 +153,7 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         else:  # e.g. the SFT policy: place it on this mesh with the rules' shardings
             shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(init.config),
                                      init.params, is_leaf=lambda x: isinstance(x, tuple))
-            model = Model(init.config, jax.device_put(init.params, shardings))
+            model = Model(init.config, place(init.params, shardings))  # also across meshes and processes
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
         if cfg.lora.rank > 0:
