@@ -72,7 +72,8 @@ def test_two_processes_of_four_devices_train_as_one_of_eight(tmp_path):
                    *SFT, f"train.out_dir={two}")
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = proc.stdout.splitlines()
-    assert any(ln.startswith("[p1] ") for ln in lines)
+    assert any(ln.startswith("[p0] step 2/2") for ln in lines) and not any(ln.startswith("[p1] step") for ln in lines)
+    assert (two / "logs" / "process_1.log").is_file()  # process 1's output goes to its log, the console is process 0's
     summary = json.loads([ln for ln in lines if ln.startswith("[p0] {")][-1][len("[p0] "):])
     assert summary["process_count"] == 2 and not any(ln.startswith("[p1] {") for ln in lines)  # process 0 reports
     assert (two / "checkpoints" / "2").is_dir()

@@ -2,10 +2,12 @@
 from rlpt.parallel.distributed import (
     DistributedError,
     check_same_config,
+    console_note,
     gather_objects,
     gather_rows,
     host_rows,
     local_replica,
+    log_to_file,
     maybe_initialize_distributed,
     peer_failure,
     place,
@@ -22,7 +24,7 @@ from rlpt.parallel.rules import (
     named_sharding,
 )
 
-__all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "axis_rules", "check_same_config", "constrain", "current_mesh",
-           "gather_objects", "gather_rows", "host_rows", "local_replica", "logical_spec", "make_mesh",
-           "maybe_initialize_distributed", "mesh_shape", "named_sharding", "peer_failure", "place", "split_devices",
-           "to_host"]
+__all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "axis_rules", "check_same_config", "console_note", "constrain",
+           "current_mesh", "gather_objects", "gather_rows", "host_rows", "local_replica", "log_to_file", "logical_spec",
+           "make_mesh", "maybe_initialize_distributed", "mesh_shape", "named_sharding", "peer_failure", "place",
+           "split_devices", "to_host"]

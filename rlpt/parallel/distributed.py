@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import pickle
+import sys
 
 import jax
 import numpy as np
@@ -77,6 +78,38 @@ def maybe_initialize_distributed(mcfg) -> bool:
     jax.distributed.initialize(**kwargs)
     log.info("jax.distributed initialised: process %d of %d", jax.process_index(), jax.process_count())
     return True
+
+
+_console: list = []  # this process's original stderr, once its output goes to its log file
+
+
+def log_to_file(out_dir: str) -> str | None:
+    """In a run of several processes, send a non-zero process's output (Python's and the runtime's: file
+    descriptors 1 and 2) to `<out_dir>/logs/process_<id>.log`, so the console shows process 0 alone. Returns the
+    log's path (None for process 0 or a single process; a second call keeps the first file)."""
+    me = jax.process_index()
+    if jax.process_count() == 1 or me == 0:
+        return None
+    path = os.path.join(os.path.abspath(out_dir), "logs", f"process_{me}.log")
+    if _console:
+        return _console[0][1]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _console.append((os.fdopen(os.dup(2), "w", buffering=1), path))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return path
+
+
+def console_note(message: str) -> None:
+    """One line on this process's original stderr even when its output goes to its log file (a failure)."""
+    if _console:
+        stream, path = _console[0]
+        stream.write(f"[process {jax.process_index()}] {message} (its log: {path})\n")
+        stream.flush()
 
 
 def _client():

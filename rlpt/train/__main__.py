@@ -30,7 +30,7 @@ def main(dcfg) -> None:
     from hydra.types import RunMode
 
     from rlpt.config.validate import validate
-    from rlpt.parallel.distributed import DistributedError, peer_failure
+    from rlpt.parallel.distributed import DistributedError, console_note, peer_failure
     from rlpt.train.checkpoint import CheckpointWriteError
     from rlpt.train.data import DataError
     from rlpt.train.preflight import HYDRA_ENTRIES, REFUSALS, check_run_folder, explicit_out_dir, record_failure
@@ -58,6 +58,7 @@ def main(dcfg) -> None:
             shutil.copy(os.path.join(cfg.train.out_dir, "summary.json"), job_dir)  # what the sweep summary reads
         return {k: v for k, v in result.items() if isinstance(v, (int, float, str, bool, type(None)))}
     except Exception as e:  # a sweep records the failed job (failed.json) and goes on; its end exits non-zero
+        console_note(f"failed: {type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}")
         if sweep:
             record_failure(job_dir, e)
             logging.getLogger(__name__).exception("sweep job %s failed (recorded in %s/failed.json)",

@@ -32,11 +32,12 @@ def run_stage(cfg):
     check_checkpoint_source(cfg)  # a train.init_from checkpoint defines the architecture and tokenizer
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
-    from rlpt.parallel import check_same_config, maybe_initialize_distributed
+    from rlpt.parallel import check_same_config, log_to_file, maybe_initialize_distributed
     from rlpt.runtime import setup
 
     maybe_initialize_distributed(cfg.mesh)  # before anything touches a JAX backend
     check_same_config(cfg)  # several processes: the same config everywhere, or all stop naming the key
+    log_to_file(cfg.train.out_dir)  # processes other than 0 write <out_dir>/logs/process_<id>.log
     setup(cfg.runtime)  # persistent compilation cache, compile-time counter
     target = STAGES[cfg.stage]
     run = importlib.import_module(target).run if isinstance(target, str) else target

@@ -265,6 +265,7 @@ def test_chunked_rl_update_peak_memory_is_a_quarter():
     assert ours["temp"] <= _body_peak(cfg, 32, 256) + 2 * LOGITS_CHUNK_BYTES, ours
 
 
+@pytest.mark.slow  # ~65 s of compiling at vocab 151936; test_chunked_rl_update_peak_memory_is_a_quarter runs by default
 def test_chunked_rl_update_at_100m_adds_no_logits_memory():
     """The ~100M Qwen2-shaped model CI post-trains (model=qwen2_100m, vocab 151936) at 8 x 2048 (blockwise attention,
     full remat): chunked, the RL update's peak is the transformer body's own (logits add under two chunk budgets)
