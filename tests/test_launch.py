@@ -184,3 +184,17 @@ def test_a_dead_process_stops_the_others_and_is_named():
 def test_launch_needs_a_command():
     proc = _launch("local", "--nproc", "2")
     assert proc.returncode == 2 and "put the command after --" in proc.stderr
+
+
+@pytest.mark.slow  # ~2 min; the default run covers SFT, GRPO and DPO, which these stages build on
+@pytest.mark.parametrize("overrides", [
+    ["experiment=agent_code_tiny", "rl.sft_steps=2", "rl.steps=2", "data.pool_size=8", "data.batch_size=2",
+     "rl.eval_per_domain=2", "rl.rollout.prompts_per_step=2", "rl.rollout.group_size=2", "train.ckpt_every=2"],
+    ["experiment=rm_tiny", "pref.sft_steps=2", "pref.steps=3", "pref.train_tasks=32", "pref.heldout_tasks=16"],
+    ["experiment=ppo_rlhf_tiny", "pref.sft_steps=2", "pref.rm_steps=2", "pref.ppo_steps=2", "pref.ppo_epochs=2",
+     "rl.rollout.prompts_per_step=4", "rl.rollout.group_size=2", "pref.eval_per_domain=4", "data.batch_size=8",
+     "train.ckpt_every=2", "pref.train_tasks=32", "pref.heldout_tasks=16"],
+], ids=["agent", "rm", "ppo_rlhf"])
+def test_other_stages_run_as_two_processes(tmp_path, overrides):
+    _two_processes(overrides + ["model.hidden_size=32", "model.intermediate_size=64", "train.progress=false",
+                                "runtime.compilation_cache="], tmp_path / "run")

@@ -14,7 +14,7 @@ from rlpt.algos import gae_advantages, get_policy_loss, kl_in_reward, masked_whi
 from rlpt.config.schema import Config
 from rlpt.models.transformer import hidden_states
 from rlpt.observe.tensorboard import TBWriter
-from rlpt.parallel import axis_rules
+from rlpt.parallel import axis_rules, to_host
 from rlpt.preference.common import sub_config, warm_start
 from rlpt.preference.heads import head_values, init_head, make_head_trainer
 from rlpt.preference.reward_model import RewardModel, train_reward_model
@@ -102,8 +102,8 @@ def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tu
     adv, returns, values, kl = ppo_targets(jnp.asarray(reward), jnp.asarray(rows["rollout_logp"]), ref_logp, values,
                                            jnp.asarray(rows["loss_mask"]), kl_coef=pcfg.kl_coef,
                                            estimator=pcfg.kl_estimator, gamma=pcfg.gamma, lam=pcfg.lam)
-    batch = rows | {"old_logp": rows["rollout_logp"], "advantages": np.asarray(adv),
-                    "old_values": np.asarray(values), "returns": np.asarray(returns)}
+    adv, values, returns = to_host((adv, values, returns))  # rows sharded over the mesh: gathered on every process
+    batch = rows | {"old_logp": rows["rollout_logp"], "advantages": adv, "old_values": values, "returns": returns}
     kl = float(kl)
     return batch, {"rm_score": float(rm_scores.mean()), "rm_score_std": float(rm_scores.std()),
                    "verifier_reward": float(traj.rewards.mean()),
