@@ -1,6 +1,8 @@
 """Mesh, logical-axis sharding rules and multi-host initialisation."""
 from rlpt.parallel.distributed import (
     DistributedError,
+    HostGlobal,
+    HostLocal,
     check_same_config,
     console_note,
     gather_objects,
@@ -24,7 +26,7 @@ from rlpt.parallel.rules import (
     named_sharding,
 )
 
-__all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "axis_rules", "check_same_config", "console_note", "constrain",
-           "current_mesh", "gather_objects", "gather_rows", "host_rows", "local_replica", "log_to_file", "logical_spec",
-           "make_mesh", "maybe_initialize_distributed", "mesh_shape", "named_sharding", "peer_failure", "place",
-           "split_devices", "to_host"]
+__all__ = ["AXES", "DEFAULT_RULES", "DistributedError", "HostGlobal", "HostLocal", "axis_rules", "check_same_config",
+           "console_note", "constrain", "current_mesh", "gather_objects", "gather_rows", "host_rows", "local_replica",
+           "log_to_file", "logical_spec", "make_mesh", "maybe_initialize_distributed", "mesh_shape", "named_sharding",
+           "peer_failure", "place", "split_devices", "to_host"]

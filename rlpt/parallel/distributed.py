@@ -21,11 +21,16 @@ import logging
 import os
 import pickle
 import sys
+from typing import NewType
 
 import jax
 import numpy as np
 
 log = logging.getLogger(__name__)
+# The two kinds of host data, named in signatures (global arrays are jax.Array): a batch every process holds whole,
+# and a process's own rows of one (process order along the batch axis).
+HostGlobal = NewType("HostGlobal", dict)
+HostLocal = NewType("HostLocal", dict)
 PER_PROCESS_KEYS = ("mesh.process_id",)  # config keys that legitimately differ between processes
 _timeout_s = [300.0]  # mesh.timeout_s of this process's initialisation: the default wait for another process
 

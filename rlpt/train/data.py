@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from rlpt.config.schema import DataConfig, SourceConfig
-from rlpt.parallel.distributed import gather_objects
+from rlpt.parallel.distributed import HostLocal, gather_objects
 from rlpt.rollout.format import completion_ids, prompt_ids
 from rlpt.train.packing import first_fit_decreasing, pack_rows, shift_example
 
@@ -298,7 +298,7 @@ class HostData:
         self.streams = {k: SFTData(cfg, tok, seed, domains=domains, total_steps=total_steps, shard=k,
                                    num_shards=self.num_shards) for k in self.owned}
 
-    def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    def next_batch(self) -> tuple[HostLocal, dict[str, float]]:
         """This process's rows of the next global batch (host-local) and the whole batch's data metrics."""
         parts = [self.streams[k].next_batch() for k in self.owned]
         A = self.grad_accum
@@ -309,7 +309,7 @@ class HostData:
             metrics = [m for ms in gather_objects([m for _, m in parts], "sft/data_metrics") for m in ms]
         else:
             metrics = [m for _, m in parts]
-        return batch, {"data/examples": sum(m["data/examples"] for m in metrics),
+        return HostLocal(batch), {"data/examples": sum(m["data/examples"] for m in metrics),
                        "data/overlong": sum(m["data/overlong"] for m in metrics),
                        "data/seq_len": metrics[0]["data/seq_len"],
                        "data/fill": float(np.mean([m["data/fill"] for m in metrics]))}

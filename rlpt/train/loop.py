@@ -15,6 +15,8 @@ from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig
 from rlpt.models.transformer import merged_params, param_axes
 from rlpt.parallel import (
+    HostGlobal,
+    HostLocal,
     axis_rules,
     gather_rows,
     logical_spec,
@@ -118,7 +120,7 @@ class Trainer:
             host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq, index_keys=("window",))
         return shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh, host_local)
 
-    def step(self, host_batch: dict, host_local: bool = False):
+    def step(self, host_batch: HostGlobal | HostLocal, host_local: bool = False):
         """One optimizer step on a host batch: host-global (every process holds all rows), or host_local (this
         process's rows only, `rlpt.train.data.HostData`; `shard_batch`)."""
         batch = self.device_batch(host_batch, host_local)
