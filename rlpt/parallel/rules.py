@@ -25,7 +25,10 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("mlp", "tensor"),
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
-    ("head_dim", None),
+    # a fallback: a weight's head_dim takes `tensor` only when its heads / kv_heads dimension (before it) could not
+    # (14 heads on tensor 4), instead of leaving the weight and its optimizer moments whole on every tensor device
+    ("head_dim", "tensor"),
+    ("qk_norm_dim", None),
     ("layers", None),
     ("norm", None),
     ("lora_rank", None),
