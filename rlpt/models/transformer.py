@@ -71,8 +71,8 @@ def param_axes(cfg: ModelConfig) -> dict:
 def param_shapes(cfg: ModelConfig) -> dict:
     L, D, F, H, KV, Dh, V = (cfg.num_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
                              cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size)
-    dims = {"layers": L, "embed": D, "mlp": F, "heads": H, "kv_heads": KV, "head_dim": Dh, "qk_norm_dim": Dh, "vocab": V,
-            "norm": D}
+    dims = {"layers": L, "embed": D, "mlp": F, "heads": H, "kv_heads": KV, "head_dim": Dh, "qk_norm_dim": Dh,
+            "vocab": V, "norm": D}
     return jax.tree.map(lambda names: tuple(dims[n] for n in names), param_axes(cfg),
                         is_leaf=lambda x: isinstance(x, tuple))
 
