@@ -140,38 +140,24 @@ def flat_config(cfg) -> dict:
     return {k: v for k, v in out.items() if k not in PER_PROCESS_KEYS}
 
 
-_checked: list[int] = []  # one check per stage run in this process: a counter keeps the key names unique
-
-
 def check_same_config(cfg, timeout_s: float | None = None) -> None:
     """Stop every process, naming the first differing key, when the processes' configs differ.
 
-    Each process publishes its config's hash in the coordination service's key-value store and reads every other
-    process's (waiting at most `timeout_s`, default mesh.timeout_s); on a mismatch each process reads the full
-    configs of process 0 and the first differing process and raises the same DistributedError. One process: no-op.
+    The processes exchange their config's hash (`gather_objects`, waiting at most `timeout_s`, default
+    mesh.timeout_s); on a mismatch they exchange the configs themselves and each raises the same DistributedError
+    naming the first key where process 0 and the first differing process disagree. One process: no-op.
     """
     if jax.process_count() == 1:
         return
-    timeout_ms = int(1000 * (timeout_s if timeout_s is not None else cfg.mesh.timeout_s))
-    client, me, n = _client(), jax.process_index(), jax.process_count()
+    timeout_s = cfg.mesh.timeout_s if timeout_s is None else timeout_s
     flat = flat_config(cfg)
-    text = json.dumps(flat, sort_keys=True)
-    run = len(_checked)
-    _checked.append(run)
-    client.key_value_set(f"rlpt/config/{run}/text/{me}", text)
-    client.key_value_set(f"rlpt/config/{run}/hash/{me}", hashlib.sha256(text.encode()).hexdigest())
-    hashes = {}
-    for p in range(n):
-        try:
-            hashes[p] = client.blocking_key_value_get(f"rlpt/config/{run}/hash/{p}", timeout_ms)
-        except Exception as e:  # the runtime raises its own error type on a timeout
-            raise DistributedError(f"process {p} did not publish its config within {timeout_ms / 1000:.0f} s "
-                                   f"(mesh.timeout_s): it is not running this stage ({e})") from None
-    odd = [p for p in range(n) if hashes[p] != hashes[0]]
+    digest = hashlib.sha256(json.dumps(flat, sort_keys=True).encode()).hexdigest()
+    hashes = gather_objects(digest, "config/hash", timeout_s)
+    odd = [p for p, h in enumerate(hashes) if h != hashes[0]]
     if not odd:
         return
-    theirs = json.loads(client.blocking_key_value_get(f"rlpt/config/{run}/text/{odd[0]}", timeout_ms))
-    ours = json.loads(client.blocking_key_value_get(f"rlpt/config/{run}/text/0", timeout_ms))
+    configs = gather_objects(flat, "config/text", timeout_s)
+    ours, theirs = configs[0], configs[odd[0]]
     keys = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
     first = keys[0]
     raise DistributedError(
