@@ -65,9 +65,12 @@ HOSTILE_REPLIES = {
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_REPLIES))
 def test_hostile_reply_scores_zero_and_grader_survives(checker, name):
-    before = {w.proc.pid for w in checker.graders._live}
+    def alive() -> set[int]:  # workers killed by an earlier test stay listed until the pool next lends them
+        return {w.proc.pid for w in checker.graders._live if w.proc.poll() is None}
+
+    before = alive()
     v = checker.check(HOSTILE_REPLIES[name], ECHO_TEST, "f", timeout_s=5)
-    assert before <= {w.proc.pid for w in checker.graders._live if w.proc.poll() is None}  # no worker died
+    assert before <= alive()  # no worker died
     assert v.score == 0.0 and not v.passed
     assert "protocol_violation" in v.details["flags"], v.details
     assert v.details["hacking_suspected"] and v.details["error"]
