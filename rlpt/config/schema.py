@@ -306,6 +306,30 @@ class PrefConfig:
 
 
 @dataclasses.dataclass
+class DistillConfig:
+    """Distillation (stage=distill, rlpt.pipeline.distill): the student (the `model` group, or train.init_from) learns
+    the teacher's next-token distributions for train.steps steps at optim.lr.
+
+    teacher: an HF checkpoint folder with the student's tokenizer (an rlpt export, e.g. `train.export_hf=true`);
+    empty: the stage first trains one with the quickstart recipe (cold start + GRPO; the rl.* keys) on the
+    `teacher_model` preset (experiments/conf/model/<name>.yaml) into <out_dir>/teacher (kept: a rerun reuses it).
+    The student first gets the quickstart's SFT cold start when rl.sft_steps > 0 (its "before" point).
+    mode: logit (the teacher's distributions on fixed sequences, `sequences`: sft = the run's SFT data, teacher =
+    completions the teacher samples for task prompts) | on_policy (the student samples completions of task prompts,
+    rl.rollout's shapes and temperature, and the teacher scores every student token: GKD with lambda = 1).
+    divergence per response token over the full vocabulary at `temperature` (rlpt.train.losses.token_divergence):
+    forward_kl | reverse_kl | jsd (generalized JSD with `beta`), token-mean."""
+
+    teacher: str = ""
+    teacher_model: str = "tiny"
+    mode: str = choice("on_policy", "logit", "on_policy")
+    sequences: str = choice("sft", "sft", "teacher")
+    divergence: str = choice("reverse_kl", "forward_kl", "reverse_kl", "jsd")
+    beta: float = num(0.5, gt=0, lt=1)
+    temperature: float = num(1.0, gt=0)
+
+
+@dataclasses.dataclass
 class RuntimeConfig:
     """Process settings every stage applies before compiling (rlpt.runtime.setup)."""
 
@@ -331,6 +355,7 @@ class Config:
     reward: RewardConfig = dataclasses.field(default_factory=RewardConfig)
     rl: RLConfig = dataclasses.field(default_factory=RLConfig)
     pref: PrefConfig = dataclasses.field(default_factory=PrefConfig)
+    distill: DistillConfig = dataclasses.field(default_factory=DistillConfig)
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
 

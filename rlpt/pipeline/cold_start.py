@@ -6,6 +6,7 @@ Why a target: how far a noisy-teacher SFT gets in a fixed number of steps varies
 stops in that band instead of at a step count. Resumable: the data position, the dev-pass curve and whether the
 stop rule fired are saved with each checkpoint.
 """
+import dataclasses
 import json
 import os
 
@@ -17,6 +18,15 @@ from rlpt.observe.tensorboard import TBWriter
 from rlpt.train.data import HostData
 from rlpt.train.loop import make_trainer, maybe_resume, to_float
 from rlpt.train.losses import sft_loss
+
+
+def cold_start_config(cfg: Config) -> Config:
+    """The cold start's config from a run's: rl.sft_steps steps on data with rl.sft_noise, tiers rl.sft_tiers (or the
+    run's), no periodic eval."""
+    sft_domains = dataclasses.replace(cfg.domains, tiers=list(cfg.rl.sft_tiers) or list(cfg.domains.tiers))
+    return dataclasses.replace(
+        cfg, domains=sft_domains, data=dataclasses.replace(cfg.data, noise=cfg.rl.sft_noise),
+        train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps, eval_every=0))
 
 
 def dev_tasks(names: list[str], tiers: dict[str, list[int]], per_domain: int) -> list:

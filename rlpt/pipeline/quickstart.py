@@ -1,6 +1,5 @@
 """The quickstart: tiny model from scratch, SFT cold start on a noisy teacher, then GRPO with verifiable
 rewards under the curriculum; held-out pass@1 before and after each stage; report and JSON summary."""
-import dataclasses
 import os
 import time
 
@@ -8,6 +7,7 @@ from rlpt.config.schema import Config
 from rlpt.eval.heldout import evaluate, heldout_tasks
 from rlpt.observe.observers import default_observers
 from rlpt.observe.report import write_report
+from rlpt.pipeline.cold_start import cold_start_config
 from rlpt.pipeline.cold_start import run as cold_start
 from rlpt.pipeline.judges import run_judges
 from rlpt.pipeline.rl import run_rl
@@ -24,10 +24,7 @@ def run(cfg: Config) -> dict:
     def eval_model(model) -> dict:
         return evaluate(model, tok, eval_tasks, max_new_tokens=cfg.rl.rollout.max_new_tokens)
 
-    sft_domains = dataclasses.replace(cfg.domains, tiers=list(cfg.rl.sft_tiers) or list(cfg.domains.tiers))
-    sft_cfg = dataclasses.replace(
-        cfg, domains=sft_domains, data=dataclasses.replace(cfg.data, noise=cfg.rl.sft_noise),
-        train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps, eval_every=0))
+    sft_cfg = cold_start_config(cfg)
     from rlpt.train.source import base_model
 
     base = eval_model(base_model(cfg))  # the model the cold start starts from (train.init_from or a fresh init)

@@ -159,3 +159,62 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
             return num, den, out
         return loss_fn
     return factory
+
+
+DIVERGENCES = ("forward_kl", "reverse_kl", "jsd")
+
+
+def token_divergence(student_logits, teacher_logits, divergence: str, *, beta: float = 0.5,
+                     temperature: float = 1.0):
+    """Per-position divergence (...,) between the teacher's and the student's next-token distributions over the
+    full vocabulary (logits (..., V)), both at `temperature`; TRL's `GKDTrainer.generalized_jsd_loss` term by term.
+
+    forward_kl: KL(teacher || student) = sum_v t (log t - log s) (mass-covering, classic logit distillation).
+    reverse_kl: KL(student || teacher) (mode-seeking; on-policy distillation).
+    jsd: generalized Jensen-Shannon with m = beta t + (1 - beta) s: beta KL(t || m) + (1 - beta) KL(s || m).
+    No T^2 factor (as TRL; scale the learning rate instead). The teacher side carries no gradient."""
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"distill.divergence={divergence!r}; expected one of {DIVERGENCES}")
+    wide = jnp.promote_types(student_logits.dtype, jnp.float32)  # f32 at least (f64 stays f64)
+    s = jax.nn.log_softmax(student_logits.astype(wide) / temperature, axis=-1)
+    t = jax.lax.stop_gradient(jax.nn.log_softmax(teacher_logits.astype(wide) / temperature, axis=-1))
+
+    def kl(log_p, log_q):  # KL(p || q), 0 log 0 = 0
+        return jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * (log_p - log_q), 0.0), axis=-1)
+
+    if divergence == "forward_kl":
+        return kl(t, s)
+    if divergence == "reverse_kl":
+        return kl(s, t)
+    if not 0.0 < beta < 1.0:
+        raise ValueError(f"distill.beta={beta} must lie in (0, 1) for divergence=jsd")
+    m = jnp.logaddexp(s + jnp.log1p(-beta), t + jnp.log(beta))
+    return beta * kl(t, m) + (1.0 - beta) * kl(s, m)
+
+
+def distill_loss(model_cfg, teacher_cfg, divergence: str, *, beta: float = 0.5, temperature: float = 1.0):
+    """Token-mean `token_divergence` over loss_mask tokens of batch inputs/positions/segment_ids (SFT rows or sampled
+    rollouts); the teacher (frozen["teacher"], its own architecture `teacher_cfg`, the same vocabulary) runs on the
+    same tokens inside the step. Metrics: the divergence sum, and the student's and teacher's NLL of the targets."""
+    from rlpt.models.transformer import forward
+
+    if teacher_cfg.vocab_size != model_cfg.vocab_size:
+        raise ValueError(f"the teacher's vocabulary ({teacher_cfg.vocab_size} tokens) differs from the student's "
+                         f"(model.vocab_size={model_cfg.vocab_size}): distillation needs one tokenizer")
+
+    def loss_fn(params, frozen, batch, rng):
+        del rng
+        args = (batch["inputs"], batch["positions"], batch["segment_ids"])
+        student = forward(params, model_cfg, *args)
+        teacher = forward(jax.lax.stop_gradient(frozen["teacher"]), teacher_cfg, *args)
+        mask = batch["loss_mask"].astype(jnp.float32)
+        div = jnp.sum(token_divergence(student, teacher, divergence, beta=beta, temperature=temperature) * mask)
+
+        def nll(logits):
+            lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+            return -jnp.sum(jnp.take_along_axis(lp, batch["targets"][..., None], axis=-1)[..., 0] * mask)
+
+        metrics = {"divergence_sum": div, "student_nll_sum": jax.lax.stop_gradient(nll(student)),
+                   "teacher_nll_sum": jax.lax.stop_gradient(nll(teacher))}
+        return div, jnp.sum(mask), metrics
+    return loss_fn

@@ -14,6 +14,7 @@ STAGES: dict[str, str | Callable] = {
     "rm": "rlpt.preference.reward_model",
     "ppo_rlhf": "rlpt.preference.ppo_rlhf",
     "agent": "rlpt.pipeline.agent",
+    "distill": "rlpt.pipeline.distill",
 }
 
 
