@@ -35,13 +35,14 @@ ROW_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask")
 
 
 def preset_model(name: str) -> ModelConfig:
-    """The ModelConfig of experiments/conf/model/<name>.yaml (what `model=<name>` composes)."""
+    """The ModelConfig of experiments/conf/model/<name>.yaml, as `model=<name>` composes it: merged onto a default
+    ModelConfig instance (Hydra's schema node), so a preset without head_dim keeps the default instance's."""
     folder = os.path.join(CONF_DIR, "model")
     path = os.path.join(folder, f"{name}.yaml")
     if not os.path.exists(path):
         known = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
         raise ValueError(f"distill.teacher_model={name!r} is not a model preset; known: {known}")
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path)))
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig()), OmegaConf.load(path)))
 
 
 def load_teacher(cfg: Config, tok) -> tuple[Model, dict]:

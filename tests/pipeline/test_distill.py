@@ -27,10 +27,11 @@ def _rows(path):
     return [json.loads(line) for line in open(path)]
 
 
-@pytest.mark.parametrize("mode", ["distill.mode=on_policy", "distill.mode=logit"])
+@pytest.mark.parametrize("mode", ["on_policy", "logit", pytest.param("teacher", marks=pytest.mark.slow)])
 def test_distill_runs_and_resumes(tmp_path, capsys, teacher_dir, mode):
     out = tmp_path / "run"
-    args = TINY + [mode, f"distill.teacher={teacher_dir}", f"train.out_dir={out}"]
+    chosen = ["distill.mode=logit", "distill.sequences=teacher"] if mode == "teacher" else [f"distill.mode={mode}"]
+    args = TINY + chosen + [f"distill.teacher={teacher_dir}", f"train.out_dir={out}"]
     summary = run(compose(args + ["train.steps=3"]))
     assert summary["stage"] == "distill" and summary["teacher_layers"] == 2 and summary["student_layers"] == 1
     for key in ("teacher_pass1", "student_before_pass1", "student_after_pass1", "recovered", "wall_s"):
@@ -40,7 +41,7 @@ def test_distill_runs_and_resumes(tmp_path, capsys, teacher_dir, mode):
     assert last["student_after_pass1"] == summary["student_after_pass1"]
     rows = _rows(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3] and all(r["divergence"] > 0 for r in rows)
-    assert ("sample_reward" in rows[0]) == (mode.endswith("on_policy"))
+    assert ("sample_reward" in rows[0]) == (mode != "logit")
     # resume: one more step continues from the step-3 checkpoint
     summary = run(compose(args + ["train.steps=4"]))
     assert [r["step"] for r in _rows(out / "metrics.jsonl")] == [1, 2, 3, 4]
@@ -52,3 +53,10 @@ def test_bad_teacher_is_named(tmp_path):
         run(compose(TINY + [f"distill.teacher={tmp_path}", f"train.out_dir={tmp_path / 'run'}"]))
     with pytest.raises(ValueError, match="distill.teacher_model='nope'.*known"):
         run(compose(TINY + ["distill.teacher_model=nope", f"train.out_dir={tmp_path / 'run2'}"]))
+
+
+def test_teacher_preset_is_what_model_group_composes():
+    from rlpt.pipeline.distill import preset_model
+
+    assert preset_model("tiny") == compose([]).model
+    assert preset_model("qwen3_tiny") == compose(["model=qwen3_tiny"]).model
