@@ -66,12 +66,16 @@ class TargetError(ValueError):
 
 
 def _grid(chips: int, dims: int) -> tuple[int, ...]:
-    """The slice shape of a power-of-two chip count: 2D (v5e/v6e) 2x4, 4x4, ...; 3D (v4/v5p) 2x2x2, 2x4x4, ..."""
+    """The slice shape of a power-of-two chip count, as Cloud TPU names it: 2D (v5e/v6e) 2x2, 2x4, 4x4, ...; 3D
+    (v4/v5p) 2x2x1, 2x2x2, 2x2x4, 2x4x4, ... (a dimension of 1 last: v5p-8 is one host of 2x2x1 chips; 1x2x2 would
+    be two hosts of 1x2, on which libtpu's all-reduce emitter aborts for some models)."""
     shape = [1] * dims
     i = 0
     while math.prod(shape) < chips:
         shape[i % dims] *= 2
         i += 1
+    if dims == 3:
+        return tuple(sorted(d for d in shape if d > 1)) + tuple(d for d in shape if d == 1)
     return tuple(sorted(shape))
 
 

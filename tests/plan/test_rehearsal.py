@@ -78,6 +78,9 @@ def test_target_names():
     t = parse_target("tpu:v5p-64")
     assert (t.chips, t.topology, t.chip.hbm_bytes) == (32, "v5p:2x4x4", 95 * 2**30)
     assert parse_target("tpu:v5e-4").topology == "v5e:2x2" and parse_target("tpu:v6e-8").topology == "v6e:2x4"
+    # Cloud's names: v5p-8 is one host of 2x2x1 chips (1x2x2, two hosts, crashed libtpu's compiler on 8B models)
+    assert [parse_target(f"tpu:v5p-{n}").topology for n in (8, 16, 32, 64, 128)] == [
+        "v5p:2x2x1", "v5p:2x2x2", "v5p:2x2x4", "v5p:2x4x4", "v5p:4x4x4"]
     assert parse_target("tpu:v5e:2x4").chips == 8 and parse_target("cpu:8").chips == 8
     for bad in ("tpu:v5e-3", "tpu:v9-8", "tpu:v5e:2x2x2", "gpu:a100-8", "v5e-4"):
         with pytest.raises(TargetError, match="valid: tpu:v4-"):
