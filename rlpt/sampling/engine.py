@@ -51,7 +51,10 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     B, T = tokens.shape
     segments = (jnp.arange(T)[None] < prompt_lengths[:, None]).astype(jnp.int32)
     cache = init_cache(cfg, B, cache_len)
-    hidden, cache = hidden_states(params, cfg, tokens, None, segments, cache=cache)
+    # The prompts fill slots 0..T-1 only: attending to those (not the whole cache_len) keeps the scores at T x T
+    # (the rest are empty, masked slots: the same softmax).
+    hidden, cache = hidden_states(params, cfg, tokens, None, segments, cache=cache,
+                                  cache_window=T if T < cache_len else None)
     logits = _last_logits(params, cfg, hidden, prompt_lengths)
     # Padding went into slots len..T-1 as segment 0; pointing index at len lets decoding overwrite them.
     cache = dict(cache, index=prompt_lengths.astype(jnp.int32))
