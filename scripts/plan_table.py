@@ -36,7 +36,9 @@ import subprocess
 import sys
 import time
 
-import yaml
+from rlpt.config.plan_schema import PlanConfig
+from rlpt.config.schema import model_preset
+from rlpt.plan.chips import CHIPS, CORES_IN_NAME, SIZES
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 OUT = os.path.join("runs", "plan_table")
@@ -60,29 +62,16 @@ WORKLOADS = {
             "accum_base": 32, "label": "DPO 32 pairs x 2k"},
 }
 COMMON = ["model.remat=full", "mesh=fsdp"]
-# Slice names as rlpt.plan.chips takes them: v5e counts chips, v5p TensorCores (2 per chip).
-CHIP = {"v5e": {"hbm": 16 * GiB, "sizes": (1, 4, 8, 16, 32, 64, 128, 256), "per_chip": 1},
-        "v5p": {"hbm": 95 * GiB, "sizes": (8, 16, 32, 64, 128, 256, 512, 1024), "per_chip": 2}}
-USABLE = 0.95  # plan.usable_fraction
-
-
-def model_shape(preset: str) -> dict:
-    with open(os.path.join(ROOT, "experiments", "conf", "model", preset + ".yaml")) as f:
-        m = yaml.safe_load(f)
-    D, F, L, H, KV = m["hidden_size"], m["intermediate_size"], m["num_layers"], m["num_heads"], m["num_kv_heads"]
-    Dh = m.get("head_dim") or D // H
-    body = L * (D * Dh * (H + 2 * KV) + H * Dh * D + 3 * D * F)
-    m["params"] = body + m["vocab_size"] * D * (1 if m.get("tie_embeddings") else 2)
-    m["head_dim"] = Dh
-    return m
+USABLE = PlanConfig.usable_fraction  # the planner's default share of HBM a program may use
 
 
 def family(preset: str) -> str:
-    return "v5e" if model_shape(preset)["params"] <= 1.6e9 else "v5p"
+    return "v5e" if model_preset(preset).num_params() <= 1.6e9 else "v5p"
 
 
 def chips_of(gen: str, size: int) -> int:
-    return size // CHIP[gen]["per_chip"]
+    """Chips in slice `<gen>-<size>` (rlpt.plan.chips: v5p names count TensorCores, v5e names chips)."""
+    return size // CORES_IN_NAME[gen]
 
 
 def accum_options(workload: str, chips: int) -> list[int]:
@@ -99,17 +88,17 @@ def estimate(preset: str, workload: str, chips: int) -> float:
     """Rough per-chip bytes (a starting point for the search only): f32 master weights, two Adam moments and f32
     gradients (16 B/param) over the chips, plus per-token activations under remat (the layer checkpoints, one
     layer's recompute; the LM head runs in chunks, `model.logits_chunk`) for one micro-batch, plus 0.5 GiB."""
-    m = model_shape(preset)
+    m = model_preset(preset)
     A = accum_options(workload, chips)[0]
     w = WORKLOADS[workload]
     rows = w["rows"] // A
     rows_per_chip = rows / chips if rows % chips == 0 else rows
-    per_token = 4 * m["num_layers"] * m["hidden_size"] + 48 * m["intermediate_size"] + 16 * m["hidden_size"]
+    per_token = 4 * m.num_layers * m.hidden_size + 48 * m.intermediate_size + 16 * m.hidden_size
     tokens = rows_per_chip * {"sft": 8192, "dpo": 2 * 2048, "grpo": 4096}[workload]
-    train = 16 * m["params"] / chips + tokens * per_token + GiB / 2
+    train = 16 * m.num_params() / chips + tokens * per_token + GiB / 2
     if workload == "grpo":  # the sampler's KV cache, 128 rows x 4097 slots, beside the resident state
-        cache = 2 * m["num_layers"] * 2 * m["num_kv_heads"] * m["head_dim"] * 4097 * 128 / chips
-        return max(train, 14 * m["params"] / chips + cache)
+        cache = 2 * m.num_layers * 2 * m.num_kv_heads * m.head_dim * 4097 * 128 / chips
+        return max(train, 14 * m.num_params() / chips + cache)
     return train
 
 
@@ -128,11 +117,9 @@ def load_results() -> dict:
     return out
 
 
-def rehearse(preset: str, workload: str, gen: str, size: int, accum: int, done: dict, timeout_s: float,
-             target: str | None = None) -> dict:
-    """One `python -m rlpt.plan` run (cached in results.jsonl): its JSON line, exit status and wall time.
-    target: a topology name for the slice (default its slice name, tpu:<gen>-<size>)."""
-    target = target or f"tpu:{gen}-{size}"
+def rehearse(preset: str, workload: str, gen: str, size: int, accum: int, done: dict, timeout_s: float) -> dict:
+    """One `python -m rlpt.plan` run (cached in results.jsonl): its JSON line, exit status and wall time."""
+    target = f"tpu:{gen}-{size}"
     name = run_name(preset, workload, target, accum)
     if name in done:
         return done[name]
@@ -191,19 +178,11 @@ def fits(rec: dict) -> bool | None:
     return None if rec["summary"] is None else bool(rec["summary"]["fits"])
 
 
-# Cloud TPU's own topology for a slice whose planner name libtpu's compiler crashed on: rlpt.plan.chips names
-# v5p-8 (4 chips) as 1x2x2 (two hosts of 2 chips); the Cloud slice is 2x2x1, one host of 4 chips.
-CLOUD_TOPOLOGY = {("v5p", 8): "tpu:v5p:2x2x1"}
-
-
 def at_slice(preset, workload, gen, size, done, timeout_s):
-    """Rehearse a slice with its grad_accum options in increasing order, up to the first that fits. When the
-    compiler crashes (a signal, no result) on the slice name, the slice is rehearsed again by its Cloud topology."""
+    """Rehearse a slice with its grad_accum options in increasing order, up to the first that fits."""
     rec = None
     for accum in accum_options(workload, chips_of(gen, size)):
         rec = rehearse(preset, workload, gen, size, accum, done, timeout_s)
-        if fits(rec) is None and (rec["rc"] or 0) < 0 and (gen, size) in CLOUD_TOPOLOGY:
-            rec = rehearse(preset, workload, gen, size, accum, done, timeout_s, CLOUD_TOPOLOGY[(gen, size)])
         if fits(rec) is not False:
             return rec
     return rec
@@ -211,8 +190,8 @@ def at_slice(preset, workload, gen, size, done, timeout_s):
 
 def search(preset: str, workload: str, done: dict, timeout_s: float) -> None:
     gen = family(preset)
-    sizes = CHIP[gen]["sizes"]
-    cap = USABLE * CHIP[gen]["hbm"]
+    sizes = SIZES[gen]
+    cap = USABLE * CHIPS[gen].hbm_bytes
     start = next((i for i, s in enumerate(sizes) if estimate(preset, workload, chips_of(gen, s)) <= 0.85 * cap),
                  len(sizes) - 1)
     i = start
@@ -304,12 +283,11 @@ def markdown(done: dict, only) -> str:
             nxt = "; ".join(parts)
         else:
             gen = family(preset)
-            nxt = "none smaller" if best["chips"] == chips_of(gen, CHIP[gen]["sizes"][0]) else "not tried"
+            nxt = "none smaller" if best["chips"] == chips_of(gen, SIZES[gen][0]) else "not tried"
         flag = "" if s["sharding_ok"] else " (replicated buffer)"
-        alias = {v: k for k, v in CLOUD_TOPOLOGY.items()}.get(best["target"])
-        where = f"{best['target']}" + (f" (= {alias[0]}-{alias[1]})" if alias else "")
         refused = [p for p, d in best["programs"].items() if d.get("compile_error")]
-        lines.append(f"{lead} {where} ({best['chips']}){flag} | {mesh_str(s['mesh'])} | {best['grad_accum']} | "
+        lines.append(f"{lead} {best['target']} ({best['chips']}){flag} | {mesh_str(s['mesh'])} | "
+                     f"{best['grad_accum']} | "
                      f"{gib(s['hbm_per_device_bytes'])} / {gib(s['hbm_capacity_bytes'])} | "
                      f"{s['flops_per_step']:.2e} | {s['step_s_at_peak']:.2f} | {nxt} | "
                      f"{best['wall_s']:.0f} |")

@@ -367,6 +367,19 @@ def register_configs() -> None:
     cs.store(name="rlpt_schema", node=Config)
 
 
+def model_preset(name: str) -> ModelConfig:
+    """The ModelConfig of experiments/conf/model/<name>.yaml, as `model=<name>` composes it: merged onto a default
+    ModelConfig instance (Hydra's schema node), so a preset without head_dim keeps the default instance's."""
+    from omegaconf import OmegaConf
+
+    folder = os.path.join(CONF_DIR, "model")
+    path = os.path.join(folder, f"{name}.yaml")
+    if not os.path.exists(path):
+        known = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
+        raise ValueError(f"{name!r} is not a model preset; known: {known}")
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig()), OmegaConf.load(path)))
+
+
 def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config", *,
                  return_hydra_config: bool = False):
     """The DictConfig Hydra composes for `python -m rlpt.train <overrides>` (with `hydra.*` when asked)."""

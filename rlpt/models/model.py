@@ -7,6 +7,7 @@ import jax
 from rlpt.models import hf
 from rlpt.models.config import ModelConfig
 from rlpt.models.transformer import forward, init_params, merged_params, param_axes
+from rlpt.parallel.distributed import place
 from rlpt.parallel.rules import named_sharding
 
 
@@ -58,6 +59,13 @@ class Model:
 
     def with_params(self, params) -> "Model":
         return dataclasses.replace(self, params=params)
+
+    def placed(self, mesh) -> "Model":
+        """This model with its params on `mesh`, each on its logical-axis rule sharding (call under
+        `rlpt.parallel.axis_rules`); also across meshes in a run of several processes (`rlpt.parallel.place`)."""
+        shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(self.config),
+                                 self.params, is_leaf=lambda x: isinstance(x, tuple))
+        return self.with_params(place(self.params, shardings))
 
     @property
     def param_axes(self) -> dict:

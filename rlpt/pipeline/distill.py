@@ -14,13 +14,11 @@ import time
 
 import jax
 import numpy as np
-from omegaconf import OmegaConf
 
-from rlpt.config.schema import CONF_DIR, Config
+from rlpt.config.schema import Config, model_preset
 from rlpt.eval.heldout import evaluate, heldout_tasks
-from rlpt.models import Model, ModelConfig, load_pretrained, param_axes
+from rlpt.models import Model, load_pretrained
 from rlpt.observe.tensorboard import TBWriter
-from rlpt.parallel import named_sharding, place
 from rlpt.pipeline.cold_start import cold_start_config
 from rlpt.pipeline.cold_start import run as cold_start
 from rlpt.rollout.single_turn import rollout, to_rows
@@ -32,17 +30,6 @@ from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.source import export_checkpoint, runtime_overrides
 
 ROW_KEYS = ("inputs", "targets", "positions", "segment_ids", "loss_mask")
-
-
-def preset_model(name: str) -> ModelConfig:
-    """The ModelConfig of experiments/conf/model/<name>.yaml, as `model=<name>` composes it: merged onto a default
-    ModelConfig instance (Hydra's schema node), so a preset without head_dim keeps the default instance's."""
-    folder = os.path.join(CONF_DIR, "model")
-    path = os.path.join(folder, f"{name}.yaml")
-    if not os.path.exists(path):
-        known = sorted(f[:-5] for f in os.listdir(folder) if f.endswith(".yaml"))
-        raise ValueError(f"distill.teacher_model={name!r} is not a model preset; known: {known}")
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig()), OmegaConf.load(path)))
 
 
 def load_teacher(cfg: Config, tok) -> tuple[Model, dict]:
@@ -58,9 +45,13 @@ def load_teacher(cfg: Config, tok) -> tuple[Model, dict]:
         return load_pretrained(folder, **runtime), {"teacher": folder, "teacher_trained": False}
     from rlpt.pipeline import quickstart
 
+    try:
+        preset = model_preset(d.teacher_model)
+    except ValueError as e:
+        raise ValueError(f"distill.teacher_model={e}") from None
     t0 = time.time()
     tcfg = dataclasses.replace(
-        cfg, stage="quickstart", model=dataclasses.replace(preset_model(d.teacher_model), **runtime),
+        cfg, stage="quickstart", model=dataclasses.replace(preset, **runtime),
         train=dataclasses.replace(cfg.train, out_dir=os.path.join(cfg.train.out_dir, "teacher"), init_from=""))
     print(f"[distill] training the teacher (quickstart recipe, model={d.teacher_model}) in "
           f"{tcfg.train.out_dir}", flush=True)
@@ -72,10 +63,7 @@ def load_teacher(cfg: Config, tok) -> tuple[Model, dict]:
 def _on_mesh(teacher: Model):
     """extra_frozen for make_trainer: the teacher's params on the student's mesh, sharded by the rules."""
     def frozen(student: Model) -> dict:
-        mesh = jax.tree.leaves(student.params)[0].sharding.mesh
-        shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(teacher.config),
-                                 teacher.params, is_leaf=lambda x: isinstance(x, tuple))
-        return {"teacher": place(teacher.params, shardings)}
+        return {"teacher": teacher.placed(jax.tree.leaves(student.params)[0].sharding.mesh).params}
     return frozen
 
 

@@ -14,8 +14,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from rlpt.config.schema import Config
 from rlpt.models import Model
-from rlpt.models.transformer import hidden_states, param_axes
-from rlpt.parallel import axis_rules, named_sharding
+from rlpt.models.transformer import hidden_states
+from rlpt.parallel import axis_rules
 from rlpt.train.checkpoint import Checkpointer, fingerprint
 from rlpt.train.loop import Trainer, setup_mesh, state_shardings
 from rlpt.train.optim import make_optimizer, make_schedule
@@ -39,13 +39,6 @@ def last_token_scores(params: dict, model_cfg, tokens, positions, segment_ids, l
     hidden, _ = hidden_states(params["lm"], model_cfg, tokens, positions, segment_ids)
     picked = jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0]  # (B, D)
     return head_values(params["head"], picked)
-
-
-def place_params(model: Model, mesh) -> dict:
-    """Backbone params on their rule shardings (call under jax.set_mesh + axis_rules)."""
-    shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(model.config),
-                             model.params, is_leaf=lambda x: isinstance(x, tuple))
-    return jax.device_put(model.params, shardings)
 
 
 def head_optimizer(cfg: Config, head_lr: float | None) -> optax.GradientTransformation:
@@ -89,7 +82,7 @@ def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *,
                          "set lora.rank=0")
     mesh = setup_mesh(cfg)
     with jax.set_mesh(mesh), axis_rules(cfg.mesh.rules):
-        lm = place_params(model, mesh)
+        lm = model.placed(mesh).params
         params = {"lm": lm, "head": jax.device_put(head, NamedSharding(mesh, PartitionSpec()))}
         frozen = {"ref": lm} if ref else {}
         optimizer = head_optimizer(cfg, head_lr)

@@ -23,7 +23,6 @@ from rlpt.parallel import (
     make_mesh,
     maybe_initialize_distributed,
     named_sharding,
-    place,
 )
 from rlpt.train.checkpoint import Checkpointer
 from rlpt.train.lora import init_lora, lora_axes, lora_params
@@ -153,9 +152,7 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         if init is None:
             model = build_model(cfg, mesh)
         else:  # e.g. the SFT policy: place it on this mesh with the rules' shardings
-            shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), param_axes(init.config),
-                                     init.params, is_leaf=lambda x: isinstance(x, tuple))
-            model = Model(init.config, place(init.params, shardings))  # also across meshes and processes
+            model = init.placed(mesh)  # also across meshes and processes
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
         if cfg.lora.rank > 0:

@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 
 from rlpt.kernels.layouts import layout_permutation, layout_positions
-from rlpt.models.transformer import hidden_states, hidden_states_shared_prefix
+from rlpt.models.transformer import forward, hidden_states, hidden_states_shared_prefix
 from rlpt.train.logprobs import head_logprobs
 
 
@@ -164,6 +164,34 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
 DIVERGENCES = ("forward_kl", "reverse_kl", "jsd")
 
 
+def _log_probs(logits, temperature: float):
+    """log_softmax(logits / temperature) over the vocabulary, in f32 at least (f64 stays f64)."""
+    wide = jnp.promote_types(logits.dtype, jnp.float32)
+    return jax.nn.log_softmax(logits.astype(wide) / temperature, axis=-1)
+
+
+def _check_divergence(divergence: str, beta: float) -> None:
+    if divergence not in DIVERGENCES:
+        raise ValueError(f"distill.divergence={divergence!r}; expected one of {DIVERGENCES}")
+    if divergence == "jsd" and not 0.0 < beta < 1.0:
+        raise ValueError(f"distill.beta={beta} must lie in (0, 1) for divergence=jsd")
+
+
+def divergence_of_log_probs(s, t, divergence: str, beta: float = 0.5):
+    """`token_divergence` from the student's and teacher's log-probs s, t (..., V) (already at the temperature)."""
+    _check_divergence(divergence, beta)
+
+    def kl(log_p, log_q):  # KL(p || q), 0 log 0 = 0
+        return jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * (log_p - log_q), 0.0), axis=-1)
+
+    if divergence == "forward_kl":
+        return kl(t, s)
+    if divergence == "reverse_kl":
+        return kl(s, t)
+    m = jnp.logaddexp(s + jnp.log1p(-beta), t + jnp.log(beta))
+    return beta * kl(t, m) + (1.0 - beta) * kl(s, m)
+
+
 def token_divergence(student_logits, teacher_logits, divergence: str, *, beta: float = 0.5,
                      temperature: float = 1.0):
     """Per-position divergence (...,) between the teacher's and the student's next-token distributions over the
@@ -173,31 +201,16 @@ def token_divergence(student_logits, teacher_logits, divergence: str, *, beta: f
     reverse_kl: KL(student || teacher) (mode-seeking; on-policy distillation).
     jsd: generalized Jensen-Shannon with m = beta t + (1 - beta) s: beta KL(t || m) + (1 - beta) KL(s || m).
     No T^2 factor (as TRL; scale the learning rate instead). The teacher side carries no gradient."""
-    if divergence not in DIVERGENCES:
-        raise ValueError(f"distill.divergence={divergence!r}; expected one of {DIVERGENCES}")
-    wide = jnp.promote_types(student_logits.dtype, jnp.float32)  # f32 at least (f64 stays f64)
-    s = jax.nn.log_softmax(student_logits.astype(wide) / temperature, axis=-1)
-    t = jax.lax.stop_gradient(jax.nn.log_softmax(teacher_logits.astype(wide) / temperature, axis=-1))
-
-    def kl(log_p, log_q):  # KL(p || q), 0 log 0 = 0
-        return jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * (log_p - log_q), 0.0), axis=-1)
-
-    if divergence == "forward_kl":
-        return kl(t, s)
-    if divergence == "reverse_kl":
-        return kl(s, t)
-    if not 0.0 < beta < 1.0:
-        raise ValueError(f"distill.beta={beta} must lie in (0, 1) for divergence=jsd")
-    m = jnp.logaddexp(s + jnp.log1p(-beta), t + jnp.log(beta))
-    return beta * kl(t, m) + (1.0 - beta) * kl(s, m)
+    return divergence_of_log_probs(_log_probs(student_logits, temperature),
+                                   jax.lax.stop_gradient(_log_probs(teacher_logits, temperature)), divergence, beta)
 
 
 def distill_loss(model_cfg, teacher_cfg, divergence: str, *, beta: float = 0.5, temperature: float = 1.0):
     """Token-mean `token_divergence` over loss_mask tokens of batch inputs/positions/segment_ids (SFT rows or sampled
     rollouts); the teacher (frozen["teacher"], its own architecture `teacher_cfg`, the same vocabulary) runs on the
-    same tokens inside the step. Metrics: the divergence sum, and the student's and teacher's NLL of the targets."""
-    from rlpt.models.transformer import forward
-
+    same tokens inside the step. Metrics: the divergence sum, and the student's and teacher's NLL of the targets
+    (from the same temperature-1 log-probs when the divergence is at temperature 1)."""
+    _check_divergence(divergence, beta)
     if teacher_cfg.vocab_size != model_cfg.vocab_size:
         raise ValueError(f"the teacher's vocabulary ({teacher_cfg.vocab_size} tokens) differs from the student's "
                          f"(model.vocab_size={model_cfg.vocab_size}): distillation needs one tokenizer")
@@ -206,15 +219,16 @@ def distill_loss(model_cfg, teacher_cfg, divergence: str, *, beta: float = 0.5, 
         del rng
         args = (batch["inputs"], batch["positions"], batch["segment_ids"])
         student = forward(params, model_cfg, *args)
-        teacher = forward(jax.lax.stop_gradient(frozen["teacher"]), teacher_cfg, *args)
+        teacher = jax.lax.stop_gradient(forward(frozen["teacher"], teacher_cfg, *args))
         mask = batch["loss_mask"].astype(jnp.float32)
-        div = jnp.sum(token_divergence(student, teacher, divergence, beta=beta, temperature=temperature) * mask)
+        s1, t1 = _log_probs(student, 1.0), _log_probs(teacher, 1.0)
+        s, t = (s1, t1) if temperature == 1.0 else (_log_probs(student, temperature), _log_probs(teacher, temperature))
+        div = jnp.sum(divergence_of_log_probs(s, t, divergence, beta) * mask)
 
-        def nll(logits):
-            lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+        def nll(lp):
             return -jnp.sum(jnp.take_along_axis(lp, batch["targets"][..., None], axis=-1)[..., 0] * mask)
 
-        metrics = {"divergence_sum": div, "student_nll_sum": jax.lax.stop_gradient(nll(student)),
-                   "teacher_nll_sum": jax.lax.stop_gradient(nll(teacher))}
+        metrics = {"divergence_sum": div, "student_nll_sum": jax.lax.stop_gradient(nll(s1)),
+                   "teacher_nll_sum": nll(t1)}
         return div, jnp.sum(mask), metrics
     return loss_fn

@@ -56,7 +56,7 @@ def test_bad_teacher_is_named(tmp_path):
 
 
 def test_teacher_preset_is_what_model_group_composes():
-    from rlpt.pipeline.distill import preset_model
+    from rlpt.config.schema import model_preset
 
-    assert preset_model("tiny") == compose([]).model
-    assert preset_model("qwen3_tiny") == compose(["model=qwen3_tiny"]).model
+    assert model_preset("tiny") == compose([]).model
+    assert model_preset("qwen3_tiny") == compose(["model=qwen3_tiny"]).model
