@@ -23,6 +23,8 @@ CORE = [
     "sympy>=1.13",
     "pyseccomp>=0.1.2",
     "jsonschema>=4",
+    # quantized sampling (rl.rollout.quant, rlpt.models.quant): QArray, quantize / dequantize, dot_general
+    "qwix>=0.1.8,<0.2",
 ]
 def _lock(name: str) -> list[str]:
     """Requirement lines of a lock file beside this one (comments and blank lines dropped)."""

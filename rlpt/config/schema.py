@@ -170,6 +170,14 @@ class RolloutConfig:
     # bf16 engine); None: the trainer's model.compute_dtype. The PPO ratio's denominator is then the bf16
     # policy's log-prob (rl.algo.old_logp=rollout), or use old_logp=recompute with rl.algo.correction_level.
     compute_dtype: str | None = None
+    # Quantized sampling (rlpt.models.quant): the sampler's layer weights as int8 (one scale per output channel) or
+    # int4 (one per quant_group input features), quantized once per weight version; embedding and head stay. The
+    # rollout log-probs are the quantized policy's: the mismatch shows in logp_gap, and old_logp=recompute with
+    # rl.algo.correction_level reweights it, as for compute_dtype.
+    quant: str = choice("none", "none", "int8", "int4")
+    quant_group: int = num(128, ge=1)  # int4: must divide hidden_size, num_heads * head_dim and intermediate_size
+    # The sampler's KV cache: null = the compute dtype; int8 = int8 K/V with one f32 scale per (row, KV head, slot)
+    kv_cache_dtype: str | None = choice(None, None, "int8")
     # Single-turn slot refill (rlpt.sampling.refill): decode in a static batch of refill_slots rows (0: half the
     # rows), prefilling queued samples into rows as they finish, so a few long samples do not hold the whole
     # batch; each sample draws from the same per-row stream as in one plain batch.

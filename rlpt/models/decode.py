@@ -16,7 +16,9 @@ import math
 
 import jax
 import jax.numpy as jnp
+import qwix
 
+from rlpt.models import quant
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.rope import rope_cos_sin
 from rlpt.models.transformer import (
@@ -53,11 +55,15 @@ def decode_layout(params, cfg: ModelConfig) -> DecodeLayout:
 def decode_params(params, cfg: ModelConfig) -> dict:
     """The weights as `decode_logits` reads them: per-layer dicts (a list), each projection (out, in) in the
     compute dtype, out-side biases and norm scales as (features, 1) columns; q/k/v biases and QK norms keep
-    their (heads, Dh) layout (they apply after the transpose to rows); a `LoraWeight` is merged. Build once per
-    weight version: outside a decode loop, not inside it (every step would copy every weight)."""
+    their (heads, Dh) layout (they apply after the transpose to rows); a `LoraWeight` is merged; a
+    `quant.QuantizedMatrix` (`quant.quantized_params`) becomes an (out, in) `qwix.QArray` that `project`
+    contracts. Build once per weight version: outside a decode loop, not inside it (every step would copy every
+    weight)."""
     dt = cfg.dtype
 
     def out_in(w, n_in):  # (in..., out...) with n_in input axes -> (out, in), in the compute dtype
+        if quant.is_quantized(w):
+            return w.out_in()
         w = w.merged() if isinstance(w, LoraWeight) else w
         return w.reshape(math.prod(w.shape[:n_in]), -1).T.astype(dt)
 
@@ -66,9 +72,9 @@ def decode_params(params, cfg: ModelConfig) -> dict:
 
     layers = []
     for lp in layer_list(params["layers"]):
-        fm = {"wqkv": jnp.concatenate([out_in(lp[w], 1) for w in ("wq", "wk", "wv")]),
+        fm = {"wqkv": quant.concat_out([out_in(lp[w], 1) for w in ("wq", "wk", "wv")]),
               "wo": out_in(lp["wo"], 2),
-              "w_gate_up": jnp.concatenate([out_in(lp[w], 1) for w in ("w_gate", "w_up")]),
+              "w_gate_up": quant.concat_out([out_in(lp[w], 1) for w in ("w_gate", "w_up")]),
               "w_down": out_in(lp["w_down"], 1), "attn_norm": col(lp["attn_norm"]), "mlp_norm": col(lp["mlp_norm"])}
         fm |= {k: lp[k] for k in ("bq", "bk", "bv", "q_norm", "k_norm") if k in lp}
         fm |= {k: col(lp[k]) for k in ("bo", "b_down") if k in lp}
@@ -86,7 +92,10 @@ def _norm(x, w, eps):
 
 
 def project(w, x, out_dtype):
-    """(out, in) @ (in, B) accumulating in f32, rounded to out_dtype."""
+    """(out, in) @ (in, B) accumulating in f32, rounded to out_dtype; a quantized w (a `qwix.QArray`) by
+    `quant.project`."""
+    if isinstance(w, qwix.QArray):
+        return quant.project(w, x, out_dtype)
     return jnp.matmul(w, x, preferred_element_type=jnp.float32).astype(out_dtype)
 
 
@@ -99,34 +108,39 @@ def _mlp(cfg, lp, h):
 
 
 def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cache, window=None):
-    """Logits (B, V) in cfg.logits_dtype of one new token per row, and the new cache.
+    """Logits in cfg.logits_dtype of new tokens, and the new cache: tokens, positions, segment_ids (B,) (one token
+    per row: logits (B, V)) or (B, T) (T tokens per row, e.g. a speculative verification: logits (B, T, V)).
 
-    dparams: `decode_params`; tokens, positions, segment_ids (B,); cache: `init_cache`'s, the token written at
-    cache["index"] (B,), as `hidden_states(..., cache=cache, cache_window=window)` with T = 1 does."""
+    dparams: `decode_params`; cache: `init_cache`'s, the tokens written from cache["index"] (B,), as
+    `hidden_states(..., cache=cache, cache_window=window)` does; the B * T tokens are the columns."""
     dt, eps = cfg.dtype, cfg.rms_norm_eps
-    B, H, KV, Dh = tokens.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    pos, seg = positions[:, None].astype(jnp.int32), segment_ids[:, None].astype(jnp.int32)
+    single = tokens.ndim == 1
+    if single:
+        tokens, positions, segment_ids = tokens[:, None], positions[:, None], segment_ids[:, None]
+    (B, T), H, KV, Dh = tokens.shape, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    pos, seg = positions.astype(jnp.int32), segment_ids.astype(jnp.int32)
     cos, sin = rope_cos_sin(cfg, pos)
     again = jnp.min(pos) < 0  # never true for a decoded token: `materialized` runs once
 
     def own(fn):  # fn() in its own buffers on CPU, where XLA would fold the transpose into the matmul
         return materialized(fn, again) if on_cpu() else fn()
 
-    x = constrain(jnp.take(dparams["embed"], tokens, axis=0).astype(dt).T, COLUMNS)  # (D, B)
+    x = constrain(jnp.take(dparams["embed"], tokens.reshape(-1), axis=0).astype(dt).T, COLUMNS)  # (D, B * T)
 
-    def rows(q, k, v):  # (heads * Dh, B) each -> (B, 1, heads, Dh), transposed in their own buffers
-        return own(lambda: tuple(a.T.reshape(B, 1, -1, Dh) for a in (q, k, v)))
+    def rows(q, k, v):  # (heads * Dh, B * T) each -> (B, T, heads, Dh), transposed in their own buffers
+        return own(lambda: tuple(a.T.reshape(B, T, -1, Dh) for a in (q, k, v)))
 
     def block(x, lp, lc, index):
         h = _norm(x, lp["attn_norm"], eps)
         q, k, v = rows(*jnp.split(project(lp["wqkv"], h, dt), (H * Dh, (H + KV) * Dh)))
         q, k, v = qkv_tail(cfg, lp, q, k, v, cos, sin)
         out, new = cached_attend(cfg, q, k, v, pos, seg, lc, index, window)
-        attn = project(lp["wo"], out.reshape(B, H * Dh).T, dt)
+        attn = project(lp["wo"], out.reshape(B * T, H * Dh).T, dt)
         x = constrain(x + (attn + lp["bo"] if cfg.o_bias else attn), COLUMNS)
         return constrain(x + _mlp(cfg, lp, _norm(x, lp["mlp_norm"], eps)), COLUMNS), new
 
     x, new_cache = over_cache(block, x, dparams["layers"], pos, seg, cache, window)
     h = _norm(x, dparams["final_norm"], eps)
-    logits = project(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B)
-    return constrain(own(lambda: logits.T), ("batch", "act_vocab")), new_cache
+    logits = project(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B * T)
+    logits = constrain(own(lambda: logits.T), ("batch", "act_vocab"))
+    return (logits if single else logits.reshape(B, T, -1)), new_cache

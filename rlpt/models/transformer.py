@@ -11,6 +11,7 @@ from rlpt import kernels
 from rlpt.kernels.mask import attention_mask
 from rlpt.kernels.reference import MASK_VALUE
 from rlpt.models.config import DTYPES, ModelConfig, resolved_attention_impl, resolved_remat
+from rlpt.models.quant import dequantize_kv, empty_kv, is_int8_kv, quantize_kv
 from rlpt.models.rope import apply_rope, rope_cos_sin
 from rlpt.models.xla_cpu import materialized, on_cpu
 from rlpt.parallel.rules import constrain
@@ -37,7 +38,20 @@ def _cache_store(x):
 
 
 def _cache_load(buf, dtype):
+    """A cache buffer (or a slice of it) -> K/V values in `dtype`: bits bitcast back, int8 dequantized."""
+    if is_int8_kv(buf):
+        return dequantize_kv(buf, dtype)
     return buf if buf.dtype == dtype else jax.lax.bitcast_convert_type(buf, dtype)
+
+
+def _cache_write(buf, x, index):
+    """x (B, KV, T, Dh) in the compute dtype written into one layer's buffer (B, KV, S, Dh) at each row's index
+    (B,): stored as `_cache_store`'s form, or as int8 values with their per-slot scales (`init_cache`)."""
+    if is_int8_kv(buf):
+        new = quantize_kv(x)
+        return dataclasses.replace(buf, qvalue=_write_rows(buf.qvalue, new.qvalue, index, axis=2),
+                                   scale=_write_rows(buf.scale, new.scale, index, axis=2))
+    return _write_rows(buf, _cache_store(x), index, axis=2)
 
 
 def param_axes(cfg: ModelConfig) -> dict:
@@ -566,9 +580,10 @@ def _attention_block(cfg, lp, x, cos, sin, positions, segment_ids, kv_cache, cac
 def cached_attend(cfg, q, k, v, positions, segment_ids, kv_cache, cache_index, window=None):
     """Write k/v (B, T, KV, Dh) into one layer's cache at cache_index (B,) and attend q (B, T, H, Dh) to its
     first `window` slots: (out (B, T, H, Dh), the layer's new {"k", "v"} buffers)."""
-    # The cache is (B, KV, S, Dh) and holds K/V in the compute dtype (`init_cache`), 16-bit floats as their bits.
-    kk = _write_rows(kv_cache["k"], _cache_store(k.transpose(0, 2, 1, 3)), cache_index, axis=2)
-    vv = _write_rows(kv_cache["v"], _cache_store(v.transpose(0, 2, 1, 3)), cache_index, axis=2)
+    # The cache is (B, KV, S, Dh) and holds K/V in the compute dtype (`init_cache`), 16-bit floats as their bits,
+    # or int8 with per-slot scales.
+    kk = _cache_write(kv_cache["k"], k.transpose(0, 2, 1, 3), cache_index)
+    vv = _cache_write(kv_cache["v"], v.transpose(0, 2, 1, 3), cache_index)
     w = slice(None, window)
     out = cached_attention(q, _cache_load(kk[:, :, w], cfg.dtype), _cache_load(vv[:, :, w], cfg.dtype), positions,
                            kv_cache["positions"], segment_ids, kv_cache["segment_ids"],
@@ -842,18 +857,26 @@ def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, 
     return logits if cache is None else (logits, new_cache)
 
 
-def init_cache(cfg: ModelConfig, batch: int, max_len: int) -> dict:
+def init_cache(cfg: ModelConfig, batch: int, max_len: int, kv_cache_dtype: str | None = None) -> dict:
     """An empty KV cache of max_len slots per row; slots start as padding (segment 0).
 
     k, v: tuples of L per-layer buffers (B, KV, S, Dh), so a decode step updates each in place and attention
     reads it without a transpose; positions, segment_ids (B, S); index (B,) the next free slot of each row.
+    kv_cache_dtype None: K/V in the compute dtype (16-bit floats stored as their uint16 bits); "int8": each buffer is a
+    `qwix.QArray` of int8 values and f32 scales (B, KV, S, 1), one per (row, KV head, slot) (`rlpt.models.quant`).
     The caller keeps index + T <= max_len: inside jit a write past the end is clamped by XLA and would
     overwrite earlier slots (rlpt.sampling checks this on the host and reserves a scratch slot).
     """
-    store = _BITS.get(jnp.dtype(cfg.dtype), cfg.dtype)
     shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-    return {"k": tuple(jnp.zeros(shape, store) for _ in range(cfg.num_layers)),
-            "v": tuple(jnp.zeros(shape, store) for _ in range(cfg.num_layers)),
+    if kv_cache_dtype is None:
+        store = _BITS.get(jnp.dtype(cfg.dtype), cfg.dtype)
+        make = functools.partial(jnp.zeros, shape, store)
+    elif kv_cache_dtype == "int8":
+        make = functools.partial(empty_kv, shape)
+    else:
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r}; expected None (the compute dtype) or 'int8'")
+    return {"k": tuple(make() for _ in range(cfg.num_layers)),
+            "v": tuple(make() for _ in range(cfg.num_layers)),
             "positions": jnp.zeros((batch, max_len), jnp.int32),
             "segment_ids": jnp.zeros((batch, max_len), jnp.int32),
             "index": jnp.zeros((batch,), jnp.int32)}

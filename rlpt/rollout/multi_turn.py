@@ -124,7 +124,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
             return default_env(task, max_turns=max_turns, time_limit_s=rcfg.episode_timeout_s,
                                obs_budget=observation_budget(tok, rcfg), count_tokens=lambda s: len(tok.encode(s)))
     stops = tuple(tok.eos_ids)
-    sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops)
+    sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops,
+                    quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
     tasks_env = [env_task(t) for t in tasks]
     pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(tasks) * G)), "episode")
     gen_s = env_s = 0.0

@@ -115,13 +115,14 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     t0 = time.time()
     sampling = dict(n=rcfg.group_size, temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p,
                     stop_ids=tuple(tok.eos_ids), seed=seed, row_offset=row_offset)
+    quant = dict(quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
     if rcfg.refill:
         from rlpt.sampling import generate_refill
 
         slots = rcfg.refill_slots or max(1, len(prompts) * rcfg.group_size // 2)
-        out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling)
+        out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling, **quant)
     else:
-        out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, **sampling)
+        out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, **sampling, **quant)
     response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     gen_s = time.time() - t0
     t0 = time.time()

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from rlpt.models.decode import DecodeLayout, decode_layout, decode_logits
+from rlpt.models.quant import dense_params, quantized_params
 from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden, merged_params
 from rlpt.models.xla_cpu import on_cpu
 from rlpt.sampling.methods import row_uniforms, sample
@@ -41,16 +42,21 @@ def _last_logits(params, cfg, hidden, lengths):
     return logits_from_hidden(params, cfg, last)[:, 0]
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "n", "cache_len", "width"))
-def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, methods, stop_ids, n, cache_len, width):
+@functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "n", "cache_len", "width",
+                                             "kv_cache_dtype"))
+def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, methods, stop_ids, n, cache_len, width,
+            kv_cache_dtype=None):
     """Run right-padded prompts (B, T) through the model once and draw each row's first token.
 
     Returns the state of B * n rows (prompt-major): the prompt's cache is broadcast to its n samples.
     max_new and row_ids (B * n,), rng (2,) uint32 key data; cache_len slots per row (the last one is scratch).
+    params: the model's, or `sampler_params` (quantized weights run dequantized in the compute dtype: the first
+    token's log-prob is the quantized sampler's own). kv_cache_dtype: `init_cache`'s (None or "int8").
     """
     B, T = tokens.shape
+    params = dense_params(params, cfg.dtype)
     segments = (jnp.arange(T)[None] < prompt_lengths[:, None]).astype(jnp.int32)
-    cache = init_cache(cfg, B, cache_len)
+    cache = init_cache(cfg, B, cache_len, kv_cache_dtype)
     # The prompts fill slots 0..T-1 only: attending to those (not the whole cache_len) keeps the scores at T x T
     # (the rest are empty, masked slots: the same softmax).
     hidden, cache = hidden_states(params, cfg, tokens, None, segments, cache=cache,
@@ -66,13 +72,22 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     return emit(state, logits, methods, stop_ids)
 
 
-def decode_weights(model):
+def decode_weights(model, *, quant="none", quant_group=128):
     """The weights `decode` reads for `model`, chosen once per generation (`on_cpu()`, which honours
     `xla_cpu.compiling_for`): on CPU the feature-major `DecodeLayout` (a copy of every weight, measured faster
     on XLA:CPU), built once per weight version and kept on the model (`Model.derived`); on other backends the
     params as they are (decode runs the model's own cached forward; the per-layer slices fuse into its matmuls),
     except that matrices stored wider than the compute dtype (an f32 policy sampled in bf16) are cast once per
-    weight version, not read wide and converted at every decoded token."""
+    weight version, not read wide and converted at every decoded token.
+    quant "int8" / "int4": the same from `sampler_params`' quantized weights (on CPU a DecodeLayout of int8 /
+    int4 (out, in) weights that `decode.project` contracts; elsewhere the quantized params, which the model's
+    forward reads dequantized)."""
+    if quant != "none":
+        qparams = sampler_params(model, quant, quant_group)
+        if on_cpu():
+            return model.derived(f"decode_layout_{_quant_key(quant, quant_group)}",
+                                 lambda _, cfg: decode_layout(qparams, cfg))
+        return qparams
     if on_cpu():
         return model.derived("decode_layout", decode_layout)
     if all(jnp.dtype(model.params["layers"][w].dtype) == jnp.dtype(model.config.dtype) for w in _MATRICES):
@@ -81,6 +96,20 @@ def decode_weights(model):
 
 
 _MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")  # the layers' weights `dense` contracts
+
+
+def sampler_params(model, quant="none", quant_group=128):
+    """The params prefill and append run for `quant`: model.params ("none"), or its layer matrices quantized
+    (`rlpt.models.quant.quantized_params`: "int8" per output channel, "int4" per group of quant_group inputs),
+    built once per weight version and kept on the model (`Model.derived`)."""
+    if quant == "none":
+        return model.params
+    return model.derived(f"quantized_{_quant_key(quant, quant_group)}",
+                         lambda params, cfg: quantized_params(merged_params(params), cfg, quant, quant_group))
+
+
+def _quant_key(quant, quant_group):
+    return f"{quant}_g{quant_group}" if quant == "int4" else quant
 
 
 def _matrices_in_compute_dtype(params, cfg):
@@ -94,9 +123,10 @@ def _matrices_in_compute_dtype(params, cfg):
 
 def _step_logits(weights, cfg, tokens, positions, segment_ids, cache, window):
     """Logits (B, V) of one new token per row (B,) and the new cache: `decode_logits` on a `DecodeLayout`, the
-    model's cached forward (T = 1, as prefill and append run it) on plain params."""
+    model's cached forward (T = 1, as prefill and append run it) on plain params (quantized ones dequantized)."""
     if isinstance(weights, DecodeLayout):
         return decode_logits(weights.weights, cfg, tokens, positions, segment_ids, cache, window)
+    weights = dense_params(weights, cfg.dtype)
     hidden, cache = hidden_states(weights, cfg, tokens[:, None], positions[:, None], segment_ids[:, None],
                                   cache=cache, cache_window=window)
     return logits_from_hidden(weights, cfg, hidden)[:, 0], cache
@@ -145,6 +175,7 @@ def append(params, state: SamplingState, feed, feed_lengths, max_new, *, cfg, me
     token is drawn after the feed; the prefix already in the cache is not recomputed.
     """
     B, Ta = feed.shape
+    params = dense_params(params, cfg.dtype)
     live = feed_lengths > 0
     segments = (jnp.arange(Ta)[None] < feed_lengths[:, None]).astype(jnp.int32)
     positions = state.positions[:, None] + jnp.arange(Ta, dtype=jnp.int32)[None]

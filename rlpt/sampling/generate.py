@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from rlpt.models.quant import check_quant, is_int8_kv
 from rlpt.sampling import engine
 from rlpt.sampling.methods import make_methods
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
@@ -111,7 +112,8 @@ def to_generation(state: SamplingState, keep_state: bool) -> Generation:
 
 def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_k=None, top_p=None,
              stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True,
-             decode_phase=DECODE_PHASE, row_offset=0) -> Generation:
+             decode_phase=DECODE_PHASE, row_offset=0, quant="none", quant_group=128,
+             kv_cache_dtype=None) -> Generation:
     """Sample continuations of ragged prompts with a KV cache; see `Generation` for the result.
 
     max_new_tokens: an int, or one limit per prompt. temperature 0 is greedy. The cache holds
@@ -124,8 +126,13 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     float rounding (a sum over fewer masked slots). row_offset: the global id of this call's first row (rows draw
     from `seed` by global row id), so a process sampling its share of a batch (rows row_offset .. row_offset +
     R - 1) draws what one process sampling the whole batch draws for them.
+    quant: "none", or sample from the model with its layer weights quantized, "int8" (one scale per output
+    channel) or "int4" (one per quant_group input features; quant_group must divide hidden_size,
+    num_heads * head_dim and intermediate_size), quantized once per weight version (`rlpt.models.quant`); the
+    log-probs are that model's. kv_cache_dtype: None (the compute dtype) or "int8" (per-slot scales).
     """
-    cfg, params = model.config, model.params
+    cfg = model.config
+    check_quant(cfg, quant, quant_group, kv_cache_dtype)
     methods = make_methods(temperature, top_k, top_p, min_p)
     prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
     if int(n) != n or n < 1:
@@ -138,9 +145,11 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
 
     with _mesh_scope(mesh):
         row_ids = np.arange(row_offset, row_offset + len(prompts) * n, dtype=np.uint32)
+        params = engine.sampler_params(model, quant, quant_group)
         state = engine.prefill(params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=cfg, methods=methods,
-                               stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width)
-        weights = engine.decode_weights(model)
+                               stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width,
+                               kv_cache_dtype=kv_cache_dtype)
+        weights = engine.decode_weights(model, quant=quant, quant_group=quant_group)
         for steps, window in decode_phases(int(lengths.max()), width, cache_len, decode_phase):
             state = engine.decode(weights, state, len(prompts) * n, steps, cfg=cfg, methods=methods,
                                   stop_ids=stop_ids, window=window)
@@ -178,18 +187,26 @@ def decode_phases(longest: int, width: int, cache_len: int, phase: int | None):
 
 def continue_generation(model, generation: Generation, appended, max_new_tokens, *, temperature=1.0,
                         top_k=None, top_p=None, stop_ids=(), min_p=None, mesh=None,
-                        keep_state=True, decode_phase=DECODE_PHASE) -> Generation:
+                        keep_state=True, decode_phase=DECODE_PHASE, quant="none", quant_group=128,
+                        kv_cache_dtype=None) -> Generation:
     """Append tokens to finished rows and keep decoding from the cached prefix (multi-turn).
 
     appended: one entry per row of `generation`: a list of token ids (e.g. a tool's output, may be empty)
     to add after the row's generated tokens, or None to leave the row finished (it then returns 0 tokens).
     The row's sequence so far (prompt + every generated token) is not recomputed. `generation` is consumed:
     its cache moves into the result. decode_phase: as in `generate`, from the fullest row's filled slots.
+    quant, quant_group: as in `generate` (pass the generation's own to continue the same sampler);
+    kv_cache_dtype: the generation's (its cache is continued as it is; another value is an error).
     """
-    cfg, params = model.config, model.params
+    cfg = model.config
+    check_quant(cfg, quant, quant_group, kv_cache_dtype)
     state = generation.state
     if state is None:
         raise ValueError("generation has no live state: it was made with keep_state=False or already continued")
+    cached = "int8" if is_int8_kv(state.cache["k"][0]) else None
+    if kv_cache_dtype != cached:
+        raise ValueError(f"kv_cache_dtype={kv_cache_dtype!r}, but the generation's cache holds {cached!r} K/V "
+                         "(generate's kv_cache_dtype); a continuation keeps the cache as it is")
     R = state.tokens.shape[0]
     if len(appended) != R:
         raise ValueError(f"appended has {len(appended)} entries; expected one per row ({R})")
@@ -227,10 +244,11 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     width = int(limits.max())
     generation.state = None
     with _mesh_scope(mesh):
+        params = engine.sampler_params(model, quant, quant_group)
         state = engine.append(params, state, feed, feed_lengths, limits, cfg=cfg, methods=methods,
                               stop_ids=stop_ids, width=width)
         filled = int((index + feed_lengths).max())  # every row's data lies below its own index
-        weights = engine.decode_weights(model)
+        weights = engine.decode_weights(model, quant=quant, quant_group=quant_group)
         for steps, window in decode_phases(filled, width, capacity + 1, decode_phase):
             state = engine.decode(weights, state, R, steps, cfg=cfg, methods=methods, stop_ids=stop_ids,
                                   window=window)

@@ -2,6 +2,7 @@
 import jax
 import numpy as np
 
+from rlpt.models.quant import check_quant
 from rlpt.sampling import engine
 from rlpt.sampling.generate import (
     DECODE_PHASE,
@@ -22,7 +23,8 @@ from rlpt.sampling.state import FINISH_REASONS
 
 def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, temperature=1.0, top_k=None,
                     top_p=None, stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None,
-                    decode_phase=DECODE_PHASE, row_offset=0) -> Generation:
+                    decode_phase=DECODE_PHASE, row_offset=0, quant="none", quant_group=128,
+                    kv_cache_dtype=None) -> Generation:
     """Like `generate`, but decodes in a static batch of `slots` rows and refills finished rows from a queue.
 
     The R = len(prompts) * n rows (prompt-major, as in `generate`) are queued; each time rows finish, the
@@ -30,9 +32,11 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     Row r draws with the same per-row key as in `generate`, so results do not depend on the slot or on
     which rows share the batch. Returns a `Generation` without live state. decode_phase: as in `generate`,
     each decode call attends to the cache prefix its live rows fill by its end (`next_window` of the fullest
-    live row); 0: the whole cache. row_offset: as in `generate`.
+    live row); 0: the whole cache. row_offset: as in `generate`. quant, quant_group, kv_cache_dtype: as in
+    `generate`.
     """
-    cfg, params = model.config, model.params
+    cfg = model.config
+    check_quant(cfg, quant, quant_group, kv_cache_dtype)
     methods = make_methods(temperature, top_k, top_p, min_p)
     prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
     if int(slots) != slots or slots < 1:
@@ -53,7 +57,7 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
         limit = np.where(np.asarray(rows) >= 0, limits[rows], 1)
         row_ids = (np.maximum(rows, 0) + row_offset).astype(np.uint32)
         return engine.prefill(params, tokens, lengths, limit, seed_key(seed), row_ids,
-                              n=1, cache_len=cache_len, width=width, **static)
+                              n=1, cache_len=cache_len, width=width, kv_cache_dtype=kv_cache_dtype, **static)
 
     out_tokens = np.zeros((R, width), np.int32)
     out_raw, out_lp = np.zeros((R, width), np.float32), np.zeros((R, width), np.float32)
@@ -61,7 +65,8 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     queue = list(range(R))
     owners = np.full(slots, -1)
     with _mesh_scope(mesh):
-        weights = engine.decode_weights(model)
+        params = engine.sampler_params(model, quant, quant_group)
+        weights = engine.decode_weights(model, quant=quant, quant_group=quant_group)
         first = queue[:slots]
         del queue[:slots]
         state = prefill_rows(first, slots)
