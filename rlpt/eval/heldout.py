@@ -28,17 +28,23 @@ def family_means(tasks, values) -> dict[str, dict]:
     return {k: {"mean": float(np.mean(v)), "n": len(v)} for k, v in sorted(groups.items())}
 
 
-def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 128) -> dict:
+def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 128, sampler=None,
+             **sampler_kwargs) -> dict:
     """pass@1 (greedy) overall, per domain and per problem family (`family_means`, where tasks name one);
-    returns {"pass1", "per_domain", "per_family", "n"}."""
+    returns {"pass1", "per_domain", "per_family", "n"}. sampler: a function with `rlpt.sampling.generate`'s
+    signature (default: that), e.g. `functools.partial(speculative_generate, target, draft)` with model=None;
+    sampler_kwargs go to it (e.g. quant="int8")."""
     from rlpt.sampling import generate
     from rlpt.tasks import get_domain
+
+    sampler = generate if sampler is None else sampler
+    run = sampler if model is None else (lambda *a, **kw: sampler(model, *a, **kw))
 
     scores = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
-        out = generate(model, [prompt_ids(tok, t.prompt) for t in chunk], max_new_tokens, temperature=0.0,
-                       stop_ids=tuple(tok.eos_ids))
+        out = run([prompt_ids(tok, t.prompt) for t in chunk], max_new_tokens, temperature=0.0,
+                  stop_ids=tuple(tok.eos_ids), **sampler_kwargs)
         toks = np.asarray(out.tokens)
         for t, row, n in zip(chunk, toks, np.asarray(out.lengths)):
             verdict = get_domain(t.domain).verify(t, response_text(tok, row[:int(n)]))
