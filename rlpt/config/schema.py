@@ -183,6 +183,10 @@ class RolloutConfig:
     # batch; each sample draws from the same per-row stream as in one plain batch.
     refill: bool = False
     refill_slots: int = num(0, ge=0)
+    # Prefix reuse (rlpt.sampling.PrefixCache): a common prompt prefix of at least this many tokens (a system
+    # prompt, a few-shot preamble) is run once per policy version and copied into every row's cache; 0: off.
+    # Metrics: prefix_reused_fraction (prompt tokens not recomputed), prefix_hits.
+    prefix_cache_min_tokens: int = num(0, ge=0)
 
 
 @dataclasses.dataclass

@@ -270,6 +270,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             step_s = time.time() - t0 + carry
             row |= {"gen_s": traj.gen_s, "verify_s": traj.verify_s, "train_s": train_s,
                     "idle_s": step_s - train_s, "step_s": step_s}
+            row |= traj.prefix_stats or {}
             for k, v in (("generate", traj.gen_s), ("verify", traj.verify_s), ("train", train_s),
                          ("idle", step_s - train_s), ("loop", step_s)):
                 times[k] += v

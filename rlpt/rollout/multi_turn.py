@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from rlpt.rollout.format import observation_ids, prompt_ids, response_text
-from rlpt.rollout.single_turn import Trajectories
+from rlpt.rollout.single_turn import Trajectories, prefix_cache
 
 CODE_AGENT = "rlpt/CodeAgent-v0"
 STATUSES = ("running", "done", "turn_limit", "budget", "timeout", "error")
@@ -126,6 +126,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     stops = tuple(tok.eos_ids)
     sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops,
                     quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
+    prefix = prefix_cache(rcfg)
     tasks_env = [env_task(t) for t in tasks]
     pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(tasks) * G)), "episode")
     gen_s = env_s = 0.0
@@ -165,7 +166,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         # Cache: prompt bucket + the episode budget, plus room for one padded feed past a full row.
         cache_len = max(len(p) for p in prompts) + 2 * N + 8
         t1 = time.monotonic()
-        gen = generate(model, prompts, N, n=G, seed=seed, max_cache_len=cache_len, row_offset=row_offset, **sampling)
+        gen = generate(model, prompts, N, n=G, seed=seed, max_cache_len=cache_len, row_offset=row_offset,
+                       prefix_cache=prefix, **sampling)
         gen_s += time.monotonic() - t1
         turn_rows = [r for r, ep in enumerate(eps) if ep.status == "running"]
         while True:
@@ -209,7 +211,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                 except Exception:  # noqa: BLE001,S110  (closing a crashed env must not hide the real error)
                     pass
         pool.shutdown(wait=False, cancel_futures=True)
-    return _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s)
+    return _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s, prefix)
 
 
 def episode_verdict(ep: Episode):
@@ -232,7 +234,7 @@ def policy_text(tok, ep: Episode) -> str:
     return "\n".join(response_text(tok, ep.tokens[s:e]) for kind, s, e in ep.spans if kind == "policy")
 
 
-def _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s) -> Trajectories:
+def _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s, prefix=None) -> Trajectories:
     R = len(eps)
     response = np.zeros((R, N), np.int32)
     logp, mask = np.zeros((R, N), np.float32), np.zeros((R, N), np.float32)
@@ -252,4 +254,5 @@ def _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s) -> Traj
         policy_mask=mask, turns=np.asarray([ep.turns for ep in eps], np.int32),
         tool_calls=np.asarray([ep.tool_calls for ep in eps], np.int32), spans=[ep.spans for ep in eps],
         status=[ep.status for ep in eps], verdicts=[episode_verdict(ep) for ep in eps],
-        reward_texts=[policy_text(tok, ep) for ep in eps])
+        reward_texts=[policy_text(tok, ep) for ep in eps],
+        prefix_stats=prefix.stats() if prefix is not None else None)

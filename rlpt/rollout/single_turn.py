@@ -46,6 +46,7 @@ class Trajectories:
     verdicts: list | None = None
     reward_texts: list[str] | None = None
     components: list[dict[str, float]] | None = None
+    prefix_stats: dict | None = None  # rl.rollout.prefix_cache_min_tokens: PrefixCache.stats() of the step
 
 
 def concat_trajectories(parts: list, tasks: list) -> Trajectories:
@@ -61,6 +62,8 @@ def concat_trajectories(parts: list, tasks: list) -> Trajectories:
             continue
         if f.name in ("gen_s", "verify_s"):
             out[f.name] = max(values)
+        elif f.name == "prefix_stats":
+            out[f.name] = {k: float(np.mean([v[k] for v in values])) for k in values[0]}
         elif f.name == "group_ids":
             offsets = np.cumsum([0] + [len(p.tasks) for p in parts[:-1]])
             out[f.name] = np.concatenate([v + o for v, o in zip(values, offsets)])
@@ -98,6 +101,16 @@ def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
     return np.asarray(rewards, np.float32), np.asarray(passed, bool), texts, verdicts, own
 
 
+def prefix_cache(rcfg):
+    """The step's `PrefixCache` (rl.rollout.prefix_cache_min_tokens > 0), else None."""
+    from rlpt.sampling import PrefixCache
+
+    if rcfg.prefix_cache_min_tokens and rcfg.refill:
+        raise ValueError("rl.rollout.prefix_cache_min_tokens > 0 does not combine with rl.rollout.refill=true "
+                         "(slot refill prefills rows one batch at a time); set one of them off")
+    return PrefixCache(min_tokens=rcfg.prefix_cache_min_tokens) if rcfg.prefix_cache_min_tokens else None
+
+
 def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None, row_offset: int = 0) -> Trajectories:
     """Generate rcfg.group_size samples per task and verify them. Rewards are the verifier's scores (the run's
     reward mixture replaces them: rlpt.pipeline.producer.mix_rewards); reward_fn(task, text, score) -> float
@@ -116,13 +129,15 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     sampling = dict(n=rcfg.group_size, temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p,
                     stop_ids=tuple(tok.eos_ids), seed=seed, row_offset=row_offset)
     quant = dict(quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
+    prefix = prefix_cache(rcfg)
     if rcfg.refill:
         from rlpt.sampling import generate_refill
 
         slots = rcfg.refill_slots or max(1, len(prompts) * rcfg.group_size // 2)
         out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling, **quant)
     else:
-        out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, **sampling, **quant)
+        out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, prefix_cache=prefix, **sampling,
+                       **quant)
     response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     gen_s = time.time() - t0
     t0 = time.time()
@@ -134,7 +149,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
                         passed=passed, group_ids=np.repeat(np.arange(len(tasks)), G),
                         truncated=np.array([f != "stop" for f in out.finish_reason]), version=version,
                         gen_s=gen_s, verify_s=time.time() - t0, texts=texts, verdicts=verdicts, reward_texts=own,
-                        components=components)
+                        components=components, prefix_stats=prefix.stats() if prefix is not None else None)
 
 
 def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:

@@ -13,13 +13,14 @@ from rlpt.sampling.methods import (
     row_uniforms,
     sample,
 )
+from rlpt.sampling.prefix import PrefixCache, common_prefix
 from rlpt.sampling.refill import generate_refill
 from rlpt.sampling.sharding import constrain_cache, shard_params
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
 
 __all__ = [
-    "FINISH_REASONS", "Generation", "Greedy", "MinP", "SamplingState", "Temperature", "TopK", "TopP", "append",
-    "apply_methods", "bucket", "categorical", "constrain_cache", "continue_generation", "decode", "decode_step",
-    "emit", "generate", "generate_refill", "insert_rows", "make_methods", "prefill", "row_uniforms", "sample",
-    "shard_params",
+    "FINISH_REASONS", "Generation", "Greedy", "MinP", "PrefixCache", "SamplingState", "Temperature", "TopK", "TopP",
+    "append", "apply_methods", "bucket", "categorical", "common_prefix", "constrain_cache", "continue_generation",
+    "decode", "decode_step", "emit", "generate", "generate_refill", "insert_rows", "make_methods", "prefill",
+    "row_uniforms", "sample", "shard_params",
 ]

@@ -45,24 +45,31 @@ def _last_logits(params, cfg, hidden, lengths):
 @functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "n", "cache_len", "width",
                                              "kv_cache_dtype"))
 def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, methods, stop_ids, n, cache_len, width,
-            kv_cache_dtype=None):
+            kv_cache_dtype=None, prefix=None):
     """Run right-padded prompts (B, T) through the model once and draw each row's first token.
 
     Returns the state of B * n rows (prompt-major): the prompt's cache is broadcast to its n samples.
     max_new and row_ids (B * n,), rng (2,) uint32 key data; cache_len slots per row (the last one is scratch).
     params: the model's, or `sampler_params` (quantized weights run dequantized in the compute dtype: the first
     token's log-prob is the quantized sampler's own). kv_cache_dtype: `init_cache`'s (None or "int8").
+    prefix: `prefix_kv`'s K/V of P tokens every prompt starts with (then `tokens` are the prompts after them,
+    prompt_lengths theirs): copied into slots 0..P-1 of every row, not recomputed.
     """
     B, T = tokens.shape
     params = dense_params(params, cfg.dtype)
     segments = (jnp.arange(T)[None] < prompt_lengths[:, None]).astype(jnp.int32)
     cache = init_cache(cfg, B, cache_len, kv_cache_dtype)
-    # The prompts fill slots 0..T-1 only: attending to those (not the whole cache_len) keeps the scores at T x T
-    # (the rest are empty, masked slots: the same softmax).
-    hidden, cache = hidden_states(params, cfg, tokens, None, segments, cache=cache,
-                                  cache_window=T if T < cache_len else None)
+    P = 0 if prefix is None else jax.tree.leaves(prefix)[0].shape[1]
+    if prefix is not None:
+        cache = _with_prefix(cache, prefix, P)
+    # The prompts fill slots 0..P+T-1 only: attending to those (not the whole cache_len) keeps the scores at
+    # T x (P + T) (the rest are empty, masked slots: the same softmax).
+    positions = P + jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
+    hidden, cache = hidden_states(params, cfg, tokens, positions, segments, cache=cache,
+                                  cache_window=P + T if P + T < cache_len else None)
     logits = _last_logits(params, cfg, hidden, prompt_lengths)
     # Padding went into slots len..T-1 as segment 0; pointing index at len lets decoding overwrite them.
+    prompt_lengths = prompt_lengths + P
     cache = dict(cache, index=prompt_lengths.astype(jnp.int32))
     if n > 1:
         cache = jax.tree.map(lambda x: jnp.repeat(x, n, axis=0), cache)
@@ -70,6 +77,31 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     state = empty_state(constrain_cache(cache), B * n, width, max_new, rng, row_ids)
     state = state.replace(positions=prompt_lengths.astype(jnp.int32))
     return emit(state, logits, methods, stop_ids)
+
+
+def _with_prefix(cache, prefix, P):
+    """`init_cache`'s cache with the prefix's K/V (per layer (KV, P, Dh), an int8 cache's values and scales alike)
+    in slots 0..P-1 of every row, as positions 0..P-1 of segment 1, and every row's index at P."""
+    B = cache["index"].shape[0]
+
+    def put(buf, kv):
+        return buf.at[:, :, :P].set(jnp.broadcast_to(kv[None], (B,) + kv.shape).astype(buf.dtype))
+
+    k = tuple(jax.tree.map(put, buf, kv) for buf, kv in zip(cache["k"], prefix["k"], strict=True))
+    v = tuple(jax.tree.map(put, buf, kv) for buf, kv in zip(cache["v"], prefix["v"], strict=True))
+    return dict(cache, k=k, v=v, positions=cache["positions"].at[:, :P].set(jnp.arange(P, dtype=jnp.int32)),
+                segment_ids=cache["segment_ids"].at[:, :P].set(1), index=jnp.full((B,), P, jnp.int32))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "kv_cache_dtype"))
+def prefix_kv(params, tokens, *, cfg, kv_cache_dtype=None):
+    """The K/V (in the cache's stored form) of the tokens (P,) at positions 0..P-1: {"k", "v"}: per layer (KV, P,
+    Dh) (an int8 cache: its values and scales), what `prefill(prefix=...)` copies into every row."""
+    params = dense_params(params, cfg.dtype)
+    cache = init_cache(cfg, 1, tokens.shape[0], kv_cache_dtype)
+    _, cache = hidden_states(params, cfg, tokens[None], None, None, cache=cache)
+    first = functools.partial(jax.tree.map, lambda x: x[0])
+    return {"k": tuple(first(k) for k in cache["k"]), "v": tuple(first(v) for v in cache["v"])}
 
 
 def decode_weights(model, *, quant="none", quant_group=128):
