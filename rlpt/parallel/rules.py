@@ -2,6 +2,7 @@
 import contextlib
 import contextvars
 import logging
+import sys
 
 import jax
 from jax.sharding import NamedSharding
@@ -58,11 +59,21 @@ def logical_spec(names, shape=None, mesh=None, rules=None) -> P:
     """PartitionSpec for a tuple of logical names under the rules table.
 
     A mesh axis is used at most once per array, and (given `shape` and `mesh`) only where it divides the
-    dimension; other dimensions stay replicated (e.g. 2 KV heads on a tensor axis of 4).
+    dimension; other dimensions stay replicated (e.g. 2 KV heads on a tensor axis of 4). Inside
+    `recording_unsplit` every such fallback that leaves the array whole on a mesh axis is recorded.
     """
+    spec, unsplit = _resolve(names, shape, mesh, rules)
+    if unsplit:
+        _record(names, shape, spec, unsplit)
+    return spec
+
+
+def _resolve(names, shape, mesh, rules) -> tuple[P, list[dict]]:
+    """(the spec, the dimensions whose rule named a mesh axis that their size does not divide and that no other
+    dimension took: the array is whole on that axis)."""
     table = dict(active_rules() if rules is None else rules)
     used: set[str] = set()
-    spec = []
+    spec, dropped = [], []
     for i, name in enumerate(names):
         if name is not None and name not in table:
             raise KeyError(f"logical axis {name!r} has no rule; known: {sorted(table)}")
@@ -79,11 +90,51 @@ def logical_spec(names, shape=None, mesh=None, rules=None) -> P:
                 for k in keep:
                     size *= mesh.shape[k]
                 if shape is not None and shape[i] % size:
+                    dropped.append({"dim": i, "logical": name, "dim_size": int(shape[i]), "axis": ax,
+                                    "axis_size": int(mesh.shape[ax]), "split": int(size)})
                     continue
             keep.append(ax)
         used.update(keep)
         spec.append(None if not keep else (keep[0] if len(keep) == 1 else tuple(keep)))
-    return P(*spec)
+    # A later dimension may take an axis an earlier one could not (the head_dim fallback): then it is split.
+    return P(*spec), [d for d in dropped if d["axis"] not in used]
+
+
+_UNSPLIT = contextvars.ContextVar("rlpt_unsplit", default=None)
+
+
+@contextlib.contextmanager
+def recording_unsplit():
+    """Collect, inside the block, every `logical_spec` / `constrain` whose array stays whole on a mesh axis
+    because its dimension's size does not divide over it (a vocabulary, a row count, KV heads). Yields the list:
+    {"names", "shape", "spec", "unsplit": [{"dim", "logical", "dim_size", "axis", "axis_size", "split"}], "dtype"
+    and "where" (for `constrain`: the value's dtype and the function that constrained it; else None)}.
+
+    The rehearsal (rlpt.plan) reads it; traces that jit's cache answers are not re-run, so clear JAX's caches
+    before lowering under it."""
+    records: list[dict] = []
+    token = _UNSPLIT.set(records)
+    try:
+        yield records
+    finally:
+        _UNSPLIT.reset(token)
+
+
+def _record(names, shape, spec, unsplit, dtype=None, where=None) -> None:
+    records = _UNSPLIT.get()
+    if records is not None:
+        records.append({"names": tuple(names), "shape": tuple(int(d) for d in shape), "spec": spec,
+                        "unsplit": unsplit, "dtype": None if dtype is None else str(dtype), "where": where})
+
+
+def _caller() -> str:
+    """module.function of the first frame outside this module and JAX (what called `constrain`)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("jax", __name__)):
+        frame = frame.f_back
+    if frame is None:
+        return "?"
+    return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname.split('.<locals>')[0]}"
 
 
 def named_sharding(mesh, names, shape) -> NamedSharding:
@@ -104,4 +155,7 @@ def constrain(x, names):
     mesh = current_mesh()
     if mesh is None:
         return x
-    return jax.lax.with_sharding_constraint(x, logical_spec(names, x.shape, mesh))
+    spec, unsplit = _resolve(names, x.shape, mesh, None)
+    if unsplit and _UNSPLIT.get() is not None:
+        _record(names, x.shape, spec, unsplit, x.dtype, _caller())
+    return jax.lax.with_sharding_constraint(x, spec)

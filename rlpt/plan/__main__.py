@@ -31,7 +31,7 @@ def main(dcfg) -> None:
 
     from rlpt.plan.chips import TargetError
     from rlpt.plan.rehearse import rehearse
-    from rlpt.plan.report import gib, last_line, markdown, write
+    from rlpt.plan.report import failures, last_line, markdown, write
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     cfg = OmegaConf.to_object(dcfg)
@@ -64,17 +64,8 @@ def main(dcfg) -> None:
         js, md = write(summary, cfg.plan.out_dir, name, command)
         print(f"wrote {js} and {md}")
     ok = summary["fits"] and summary["sharding_ok"]
-    if not summary["fits"]:
-        for p in summary["programs"]:
-            if not p["fits"]:
-                big = ", ".join(f"{b['name']} {gib(b['bytes'])}" for b in p["largest_inputs"][:3])
-                vals = ", ".join(f"{v['shape']} {gib(v['bytes'])}" for v in p["largest_values"][:3])
-                print(f"DOES NOT FIT: {p['program']} needs {gib(p['hbm_per_device_bytes'])} per device of "
-                      f"{gib(summary['hbm_capacity_bytes'])}; largest inputs: {big}; largest values: {vals}",
-                      file=sys.stderr)
-    if not summary["sharding_ok"]:
-        print("REPLICATED: " + "; ".join(f"{p['program']}: {r['name']} on {r['axis']!r}" for p in summary["programs"]
-                                         for r in p["replicated"]), file=sys.stderr)
+    for line in failures(summary):
+        print(line, file=sys.stderr)
     print(last_line(summary), flush=True)
     if not ok:
         sys.exit(1)

@@ -249,6 +249,35 @@ def largest_values(hlo: str, n: int) -> list[dict]:
     return out
 
 
+def input_copies(hlo: str, min_bytes: int) -> list[dict]:
+    """Copies of the program's inputs at its entry (a `copy` of a parameter, directly or through the async
+    `copy-start`/`copy-done` that moves it between memory spaces, of at least min_bytes per device), grouped by
+    their types with layouts (from -> to): an input the program computes on in another layout (XLA:TPU's default
+    layout of a (B, KV, S, Dh) cache with S not a multiple of 8 keeps S outside its tile) or dtype, or a donated
+    buffer it could not update in place. Each costs a buffer of the input's size in the temporaries."""
+    source = {}  # instruction -> (the parameter's type, its name) for parameters and their moves
+    groups = {}
+    for line in _computations(hlo).get("ENTRY", []):
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        name, type_, op = m.groups()
+        operand = re.search(rf"{re.escape(op)}\(%?([\w.\-]+)", line)
+        operand = operand.group(1) if operand else None
+        if op == "parameter":
+            label = re.search(r'op_name="([^"]*)"', line)
+            source[name] = (type_, label.group(1).replace("\\'", "'") if label else name)
+        elif op in ("copy-start", "copy-done") and operand in source:
+            source[name] = source[operand]
+        elif op == "copy" and operand in source and shape_bytes(type_) >= min_bytes:
+            origin, label = source[operand]  # a copy may also change the dtype (the compute-dtype cast)
+            key = (re.sub(r"S\(\d+\)", "", origin).replace(":}", "}"), type_)
+            row = groups.setdefault(key, {"input": label, "count": 0, "from": key[0], "to": key[1], "bytes": 0})
+            row["count"] += 1
+            row["bytes"] += shape_bytes(type_)
+    return sorted(groups.values(), key=lambda r: -r["bytes"])
+
+
 def per_device_bytes(x) -> int:
     shape = x.sharding.shard_shape(x.shape) if getattr(x, "sharding", None) is not None else x.shape
     return int(np.prod(shape)) * np.dtype(x.dtype).itemsize
@@ -292,10 +321,95 @@ def replicated_buffers(named: list[tuple[str, object]], mesh, threshold_bytes: i
     return sorted(bad, key=lambda r: -r["bytes"])
 
 
-def assert_sharded(named, mesh, threshold_bytes: int, ignore=()) -> None:
-    """Raise AssertionError naming every buffer `replicated_buffers` finds (a rehearsal's sharding check)."""
+def _split(spec, ndim: int, mesh) -> list[int]:
+    """How many ways spec splits each of ndim dimensions over mesh."""
+    entries = tuple(spec) + (None,) * (ndim - len(spec))
+    return [math.prod(mesh.shape[a] for a in ((e,) if isinstance(e, str) else tuple(e or ()))) for e in entries]
+
+
+def _spec_key(spec, ndim: int) -> tuple:
+    entries = tuple(spec) + (None,) * (ndim - len(spec))
+    return tuple(e if e is None or isinstance(e, str) else tuple(e) for e in entries)
+
+
+def unsplit_fix(u: dict, names, shape, spec, mesh) -> str:
+    """What would split dimension u["dim"] (its size does not divide over the mesh axis its logical name maps to):
+    padding it, an axis size that divides it, or a rule putting the axis on another dimension that divides."""
+    n, split, axis, size, logical = u["dim_size"], u["split"], u["axis"], u["axis_size"], u["logical"]
+    before = split // size  # the mesh axes the dimension already takes (data, when rows go over data then fsdp)
+    padded = -(-n // split) * split
+    if logical in ("vocab", "act_vocab"):
+        out = [f"pad the vocabulary to {padded} (model.vocab_size; a multiple of {split})"]
+    elif logical == "batch":
+        out = [f"rows per micro-batch a multiple of {split} (data.batch_size, pref.batch_size or "
+               "rl.rollout.prompts_per_step x group_size, over optim.grad_accum)"]
+    else:
+        out = [f"{logical} padded to {padded} (a multiple of {split})"]
+    sizes = [d for d in range(size - 1, 1, -1) if mesh.size % d == 0 and n % (before * d) == 0]
+    if sizes:
+        out.append(f"mesh.{axis}={sizes[0]} (divides {n // before}; the other axes take the remaining devices)")
+    if logical != "batch":  # rows are split by rows; another dimension of a weight or cache can take the axis
+        for j, (name, d, k) in enumerate(zip(names, shape, _split(spec, len(shape), mesh), strict=True)):
+            if j != u["dim"] and name not in (None, "batch", "act_seq") and d % (k * size) == 0:
+                out.append(f"a rule mapping {name!r} (dim {j}, {d}) onto {axis!r} (mesh.rules)")
+    return "; or ".join(out)
+
+
+def unsplit_buffers(named: list[tuple[str, object]], records: list[dict], mesh, threshold_bytes: int,
+                    ignore=()) -> list[dict]:
+    """Buffers of at least threshold_bytes per device that `logical_spec` left whole on a mesh axis because a
+    dimension's size does not divide over the axis its logical name maps to (a 151,936 vocabulary on tensor 3,
+    12 rows on fsdp 8): `replicated_buffers` cannot see these when no dimension divides by the axis size, and
+    values inside a program (logits, a cache written in the decode loop) are no inputs at all.
+
+    records: `rlpt.parallel.rules.recording_unsplit()`'s. A named input or output takes its logical names from the
+    record of its shape and spec; records of values constrained inside a program (`constrain`, with a dtype)
+    that match no named buffer are listed by the function that constrained them. Alike buffers (one per layer)
+    are one row with their count."""
+    by_layout = {}
+    for r in records:
+        by_layout.setdefault((r["shape"], _spec_key(r["spec"], len(r["shape"]))), r)
+    rows, matched = {}, set()
+
+    def add(name, shape, dtype, spec, nbytes, r, value=False):
+        for u in r["unsplit"]:
+            if u["axis"] in ignore or nbytes < threshold_bytes:
+                continue
+            key = (name if value else None, tuple(shape), str(dtype), str(spec), u["dim"], u["axis"])
+            if key in rows:
+                rows[key]["count"] += 1
+                continue
+            rows[key] = {"name": name, "count": 1, "shape": list(shape), "dtype": str(dtype), "spec": str(spec),
+                         "bytes": nbytes, "names": list(r["names"]), **u,
+                         "fix": unsplit_fix(u, r["names"], shape, spec, mesh)}
+
+    for name, x in named:
+        spec = getattr(getattr(x, "sharding", None), "spec", None)
+        if spec is None:
+            continue
+        key = (tuple(x.shape), _spec_key(spec, len(x.shape)))
+        if key in by_layout:
+            matched.add(key)
+            add(name, x.shape, x.dtype, spec, per_device_bytes(x), by_layout[key])
+    for r in records:
+        key = (r["shape"], _spec_key(r["spec"], len(r["shape"])))
+        if r["dtype"] is not None and key not in matched:
+            per_device = math.prod(-(-d // k) for d, k in zip(r["shape"], _split(r["spec"], len(r["shape"]), mesh),
+                                                               strict=True))
+            add(f"{r['where']}: value {r['names']}", r["shape"], r["dtype"], r["spec"],
+                per_device * np.dtype(r["dtype"]).itemsize, r, value=True)
+    return sorted(rows.values(), key=lambda b: -b["bytes"])
+
+
+def assert_sharded(named, mesh, threshold_bytes: int, ignore=(), records=()) -> None:
+    """Raise AssertionError naming every buffer `replicated_buffers` finds, and with `records`
+    (`rlpt.parallel.rules.recording_unsplit`) every one `unsplit_buffers` finds (a rehearsal's sharding check)."""
     bad = replicated_buffers(named, mesh, threshold_bytes, ignore)
-    if bad:
-        lines = [f"  {b['name']} {b['shape']} spec={b['spec']}: {b['bytes'] / 2**20:.1f} MiB per device, whole on "
-                 f"mesh axis {b['axis']!r} ({b['axis_size']}) though dims {b['splittable_dims']} divide" for b in bad]
+    unsplit = unsplit_buffers(named, list(records), mesh, threshold_bytes, ignore)
+    lines = [f"  {b['name']} {b['shape']} spec={b['spec']}: {b['bytes'] / 2**20:.1f} MiB per device, whole on "
+             f"mesh axis {b['axis']!r} ({b['axis_size']}) though dims {b['splittable_dims']} divide" for b in bad]
+    lines += [f"  {u['name']} {u['shape']} spec={u['spec']}: {u['bytes'] / 2**20:.1f} MiB per device, whole on "
+              f"mesh axis {u['axis']!r}: dim {u['dim']} ({u['logical']}={u['dim_size']}) does not divide by "
+              f"{u['split']}; fix: {u['fix']}" for u in unsplit]
+    if lines:
         raise AssertionError("replicated buffers above the threshold:\n" + "\n".join(lines))

@@ -168,15 +168,14 @@ def sampler_programs(cfg, model_cfg: ModelConfig, mesh, resident: dict) -> list[
     prompts of max_prompt_len tokens, group_size samples each, max_new_tokens new tokens (the cache `generate`
     allocates). The decode loop's FLOPs are one decode step (XLA counts a while loop's body once)."""
     from rlpt.sampling import engine
-    from rlpt.sampling.generate import bucket
+    from rlpt.sampling.generate import plan_cache
     from rlpt.sampling.methods import make_methods
 
     r = cfg.rl.rollout
     scfg = dataclasses.replace(model_cfg, compute_dtype=r.compute_dtype or model_cfg.compute_dtype)
     params = abstract_params(scfg, mesh)
     Pn, G, W = r.prompts_per_step, r.group_size, r.max_new_tokens
-    Tp = bucket(r.max_prompt_len)
-    cache_len = Tp + W + 1
+    Tp, cache_len = plan_cache([range(r.max_prompt_len)], W, None)  # as `generate` sizes them
     methods = make_methods(r.temperature, r.top_k, r.top_p, None)
     static = {"cfg": scfg, "methods": methods, "stop_ids": (scfg.vocab_size - 1,)}
 

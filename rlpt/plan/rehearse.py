@@ -14,6 +14,7 @@ from jax.sharding import PartitionSpec as P
 from rlpt.models.config import resolved_remat
 from rlpt.models.xla_cpu import compiling_for, on_cpu
 from rlpt.parallel import axis_rules, make_mesh
+from rlpt.parallel.rules import recording_unsplit
 from rlpt.plan import analyze
 from rlpt.plan.chips import parse_target, target_devices
 from rlpt.plan.programs import (
@@ -29,13 +30,18 @@ log = logging.getLogger(__name__)
 
 
 def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
-    """Lower and compile one program; its memory, cost, collectives, largest buffers and replicated buffers.
+    """Lower and compile one program; its memory, cost, collectives, largest buffers, and the buffers left whole
+    on a mesh axis (`sharding_check`).
 
     For TPU the compile writes XLA's dump (optimized HLO text, buffer report) to a scratch folder: libtpu 0.0.51
     fails to read some compiled modules back from their proto ("async-update instruction should have 1 operands
     but sees 3"), and the dump's memory-usage report names the largest allocations."""
     t0 = time.time()
-    lowered = prog.fn.lower(*prog.args, **prog.kwargs)
+    # A trace that jit's cache answers does not call `constrain` again: clear it so every fallback is recorded.
+    jax.clear_caches()
+    with recording_unsplit() as traced:
+        lowered = prog.fn.lower(*prog.args, **prog.kwargs)
+    records = ctx["built"] + traced
     with tempfile.TemporaryDirectory() as folder:
         options = {"xla_dump_to": folder, "xla_dump_hlo_as_text": True, "xla_dump_hlo_pass_re": "^$"}
         try:
@@ -43,7 +49,7 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
         except jax.errors.JaxRuntimeError as e:
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
-            res = compile_oom(prog, ctx, str(e), time.time() - t0)
+            res = compile_oom(prog, ctx, str(e), time.time() - t0, records)
             # No optimized HLO: the largest values of the program as traced (global shapes, before partitioning).
             res["largest_values"] = [dict(v, scope="global") for v in
                                      analyze.largest_values(lowered.as_text(dialect="hlo"), ctx["plan"].top_buffers)]
@@ -56,9 +62,8 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
     total = mem["total"] + resident_bytes
     n, plan = ctx["devices"], ctx["plan"]
     outputs = with_shardings(compiled.out_info, compiled.output_shardings)
-    named = analyze.named_leaves(prog.args, "in") + analyze.named_leaves(outputs, "out")
-    replicated = analyze.replicated_buffers(named, ctx["mesh"], int(plan.replication_mb * 2**20),
-                                            tuple(plan.replication_ignore)) if plan.replication_mb > 0 else []
+    inputs, outs = analyze.named_leaves(prog.args, "in"), analyze.named_leaves(outputs, "out")
+    replicated, unsplit = sharding_check(inputs, outs, records, ctx)
     # XLA's cost analysis counts a loop body once (a layer scan: one layer): FLOPs are the HLO's matmuls (dots and
     # convolutions, which are nearly all of a step's FLOPs), each times the trips of the loops around it.
     per_device, _ = analyze.matmul_flops(hlo)
@@ -75,13 +80,28 @@ def compile_program(prog: Program, ctx: dict) -> tuple[dict, object]:
         "step_s_at_peak": per_device / ctx["peak"],
         "step_s_at_hbm_bandwidth": cost["bytes_accessed"] / ctx["bw"],
         "collectives": analyze.collectives(hlo),
-        "largest_inputs": analyze.largest_inputs(named[:len(analyze.named_leaves(prog.args))] + resident,
-                                                 plan.top_buffers),
+        "largest_inputs": analyze.largest_inputs(inputs + resident, plan.top_buffers),
         "largest_values": analyze.largest_values(hlo, plan.top_buffers),
         "largest_allocations": allocations[:plan.top_buffers],
+        "input_copies": analyze.input_copies(hlo, 2**20),
         "replicated": replicated,
+        "unsplit": unsplit,
     }
     return res, compiled
+
+
+def sharding_check(inputs, outputs, records, ctx) -> tuple[list[dict], list[dict]]:
+    """(buffers whole on a mesh axis one of their dimensions divides, buffers `logical_spec` left whole on a mesh
+    axis their dimension does not divide) at or above plan.replication_mb per device; both empty when it is off.
+    An output laid out as an input (the donated state) is that input again: the second list counts it once."""
+    plan = ctx["plan"]
+    if plan.replication_mb <= 0:
+        return [], []
+    args = (ctx["mesh"], int(plan.replication_mb * 2**20), tuple(plan.replication_ignore))
+    layouts = {(x.shape, x.dtype, x.sharding) for _, x in inputs}
+    new = [(k, x) for k, x in outputs if (x.shape, x.dtype, x.sharding) not in layouts]
+    return (analyze.replicated_buffers(inputs + outputs, *args),
+            analyze.unsplit_buffers(inputs + new, records, *args))
 
 
 def dumped(folder: str) -> tuple[str, list[str]]:
@@ -106,7 +126,7 @@ def _gib_in(text: str, what: str) -> int | None:
     return int(float(m.group(1)) * 2 ** (10 * "KMGT".index(m.group(2)) + 10)) if m else None
 
 
-def compile_oom(prog: Program, ctx: dict, error: str, compile_s: float) -> dict:
+def compile_oom(prog: Program, ctx: dict, error: str, compile_s: float, records: list[dict]) -> dict:
     """The result for a program the TPU compiler refused because it does not fit (CompileTimeHbmOom): the
     temporaries it reports, the inputs' per-device bytes, the analytic FLOPs; no HLO to read collectives from."""
     named = analyze.named_leaves(prog.args, "in")
@@ -117,6 +137,7 @@ def compile_oom(prog: Program, ctx: dict, error: str, compile_s: float) -> dict:
     total = args + temps + resident_bytes
     n, plan = ctx["devices"], ctx["plan"]
     per_device = prog.flops / n
+    replicated, unsplit = sharding_check(named, [], records, ctx)
     return {
         "program": prog.name, "compile_s": round(compile_s, 2),
         "compile_error": error.strip().splitlines()[0][:500],
@@ -129,9 +150,7 @@ def compile_oom(prog: Program, ctx: dict, error: str, compile_s: float) -> dict:
         "analytic_formula": prog.flops_formula + " (the compiler refused the program: FLOPs are the analytic count)",
         "bytes_accessed_per_device": 0.0, "step_s_at_peak": per_device / ctx["peak"], "step_s_at_hbm_bandwidth": 0.0,
         "collectives": [], "largest_inputs": analyze.largest_inputs(named + resident, plan.top_buffers),
-        "largest_values": [], "replicated": analyze.replicated_buffers(
-            named, ctx["mesh"], int(plan.replication_mb * 2**20), tuple(plan.replication_ignore))
-        if plan.replication_mb > 0 else [],
+        "largest_values": [], "input_copies": [], "replicated": replicated, "unsplit": unsplit,
     }
 
 
@@ -165,7 +184,7 @@ def rehearse(cfg) -> dict:
     programs = []
     # Programs are built outside the mesh context (optax evaluates init eagerly for the state's shardings, and
     # nothing may run on a topology's devices); they are lowered and compiled inside it.
-    with compiling_for(target.kind), axis_rules(cfg.mesh.rules):
+    with compiling_for(target.kind), axis_rules(cfg.mesh.rules), recording_unsplit() as ctx["built"]:
         train = train_program(cfg, model_cfg, mesh, target.kind)
         with jax.set_mesh(mesh):
             res, _ = compile_program(train, ctx)
@@ -191,7 +210,7 @@ def rehearse(cfg) -> dict:
     main = programs[0]
     summary = {
         "fits": all(p["fits"] for p in programs),
-        "sharding_ok": not any(p["replicated"] for p in programs),
+        "sharding_ok": not any(p["replicated"] or p["unsplit"] for p in programs),
         "hbm_per_device_bytes": max(p["hbm_per_device_bytes"] for p in programs),
         "hbm_capacity_bytes": ctx["capacity"],
         "usable_fraction": cfg.plan.usable_fraction,

@@ -22,6 +22,15 @@ def advice(cfg, summary: dict) -> list[str]:
             out.append(f"{p['program']}: {r['name']} ({gib(r['bytes'])} per device) is whole on mesh axis "
                        f"{r['axis']!r}: add a rule mapping one of its logical axes onto {r['axis']!r} "
                        "(mesh.rules), or set that axis to 1")
+        for u in p.get("unsplit", [])[:3]:
+            out.append(f"{p['program']}: {unsplit_line(u)}")
+        copies = p.get("input_copies", [])
+        copied = sum(c["bytes"] for c in copies)
+        if copied >= min(GiB, 0.25 * p["memory"]["temporaries"]) and copied > 0:
+            c = copies[0]
+            out.append(f"{p['program']}: {gib(copied)} of its temporaries are copies of its inputs made at entry "
+                       f"(e.g. {c['count']} like {c['input']}, {c['from']} -> {c['to']}): it computes on them in "
+                       "another layout (or dtype) than they arrive in")
         if p["fits"]:
             continue
         over = p["hbm_per_device_bytes"] - cap
@@ -53,6 +62,14 @@ def advice(cfg, summary: dict) -> list[str]:
             if r.compute_dtype is None and cfg.model.compute_dtype == "float32":
                 out.append("  sampler: rl.rollout.compute_dtype=bfloat16 (half the cache and weights copy)")
     return out
+
+
+def unsplit_line(u: dict) -> str:
+    """One buffer `logical_spec` left whole on a mesh axis: what, why, and what would split it."""
+    alike = f" (and {u['count'] - 1} alike)" if u["count"] > 1 else ""
+    return (f"{u['name']}{alike} {u['dtype']}{u['shape']} {u['spec']}: {u['bytes'] / 2**20:.1f} MiB per device, "
+            f"whole on mesh axis {u['axis']!r} ({u['axis_size']}): dim {u['dim']} ({u['logical']}={u['dim_size']}) "
+            f"does not divide by {u['split']}; fix: {u['fix']}")
 
 
 def markdown(summary: dict, command: str = "") -> str:
@@ -88,6 +105,11 @@ def markdown(summary: dict, command: str = "") -> str:
         if p.get("largest_allocations"):
             lines += ["", "Largest allocations (XLA's memory-usage report: cumulative; size; offset; values; shapes):",
                       "", "```"] + p["largest_allocations"] + ["```"]
+        if p.get("input_copies"):
+            lines += ["", "Inputs copied at entry (to another layout or dtype, or a buffer not updated in place; per "
+                      "device):", ""]
+            lines += [f"- {c['count']} x {c['input']} and alike: {c['from']} -> {c['to']}, {c['bytes'] / 2**20:.1f} MiB"
+                      for c in p["input_copies"]]
         lines += ["", "Largest values the program computes (per device):", ""]
         lines += [f"- {v['shape']} ({v['op']}): {v['bytes'] / 2**20:.1f} MiB"
                   + (" (global, before partitioning: the compiler refused the program)" if v.get("scope") else "")
@@ -96,6 +118,9 @@ def markdown(summary: dict, command: str = "") -> str:
             lines += ["", "Replicated buffers:", ""]
             lines += [f"- {r['name']} {r['shape']} {r['spec']}: whole on {r['axis']!r}, {r['bytes'] / 2**20:.1f} MiB"
                       for r in p["replicated"]]
+        if p.get("unsplit"):
+            lines += ["", "Unsplit dimensions (the rules map them onto a mesh axis their size does not divide):", ""]
+            lines += [f"- {unsplit_line(u)}" for u in p["unsplit"]]
     if s["advice"]:
         lines += ["", "## What to change", ""] + [f"- {a}" if not a.startswith("  ") else f"  - {a.strip()}"
                                                   for a in s["advice"]]
@@ -110,6 +135,23 @@ def write(summary: dict, out_dir: str, name: str, command: str = "") -> tuple[st
     with open(base + ".md", "w") as f:
         f.write(markdown(summary, command))
     return base + ".json", base + ".md"
+
+
+def failures(summary: dict) -> list[str]:
+    """The stderr lines of a rehearsal that fails: each program that does not fit (its largest buffers), the
+    buffers whole on a mesh axis one of their dimensions divides, and those a dimension could not be split on."""
+    out = []
+    for p in summary["programs"]:
+        if not p["fits"]:
+            big = ", ".join(f"{b['name']} {gib(b['bytes'])}" for b in p["largest_inputs"][:3])
+            vals = ", ".join(f"{v['shape']} {gib(v['bytes'])}" for v in p["largest_values"][:3])
+            out.append(f"DOES NOT FIT: {p['program']} needs {gib(p['hbm_per_device_bytes'])} per device of "
+                       f"{gib(summary['hbm_capacity_bytes'])}; largest inputs: {big}; largest values: {vals}")
+    replicated = [f"{p['program']}: {r['name']} on {r['axis']!r}" for p in summary["programs"] for r in p["replicated"]]
+    if replicated:
+        out.append("REPLICATED: " + "; ".join(replicated))
+    out += [f"UNSPLIT: {p['program']}: {unsplit_line(u)}" for p in summary["programs"] for u in p.get("unsplit", [])]
+    return out
 
 
 def last_line(summary: dict) -> str:

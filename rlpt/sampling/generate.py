@@ -15,6 +15,10 @@ MIN_BUCKET = 8
 # At least this many decode steps in `generate`'s first decode call (`decode_phases`: each call attends to the
 # cache prefix filled by its end, in windows that double).
 DECODE_PHASE = 32
+# XLA:TPU's default layout for a (B, KV, S, Dh) cache buffer whose S is not a multiple of its 8-row tile keeps S
+# out of the tile ((B, S, KV, Dh) in memory) while the decode loop computes on (B, KV, S, Dh): every decode call
+# then copied each layer's cache into the loop's layout and back, as much memory again as the cache.
+CACHE_SLOTS_MULTIPLE = 8
 
 
 @dataclasses.dataclass
@@ -83,11 +87,17 @@ def seed_key(seed: int):
     return jax.random.key_data(jax.random.key(int(seed)))
 
 
-def plan_cache(prompts, width: int, max_cache_len):
-    """(prompt bucket T, allocated cache slots) for these prompts; capacity = allocated - 1 (one scratch slot)."""
+def plan_cache(prompts, width: int, max_cache_len, prefix: int = 0):
+    """(prompt bucket T, cache slots for these prompts) after `prefix` cached slots; capacity = prefix + slots - 1
+    (one scratch slot). Without max_cache_len, prefix + slots is rounded up to a multiple of CACHE_SLOTS_MULTIPLE
+    (up to 7 slots more; rows still stop at their max_new_tokens)."""
     longest = max(len(p) for p in prompts)
     T = bucket(longest)
-    capacity = T + width if max_cache_len is None else int(max_cache_len)
+    if max_cache_len is None:
+        step = CACHE_SLOTS_MULTIPLE
+        capacity = -(-(prefix + T + width + 1) // step) * step - 1 - prefix
+    else:
+        capacity = int(max_cache_len)
     if longest > capacity:
         raise ValueError(f"a prompt has {longest} tokens but the cache holds {capacity} (max_cache_len); "
                          "raise max_cache_len or shorten the prompt")
@@ -151,7 +161,7 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
             compute = lambda t: engine.prefix_kv(params, t, cfg=cfg, kv_cache_dtype=kv_cache_dtype)  # noqa: E731
             P, prefix = prefix_cache.lookup(model, prompts, (quant, quant_group, kv_cache_dtype), compute)
         T, cache_len = plan_cache([p[P:] for p in prompts], width, None if max_cache_len is None
-                                  else max_cache_len - P)
+                                  else max_cache_len - P, prefix=P)
         cache_len += P
         tokens, lengths = pad_prompts([p[P:] for p in prompts], T)
         row_ids = np.arange(row_offset, row_offset + len(prompts) * n, dtype=np.uint32)

@@ -44,6 +44,7 @@ def test_sft_step_fits_and_matches_6nt(sft):
     assert (m.vocab_size, m.hidden_size, m.intermediate_size, m.num_heads, m.num_kv_heads) == (151936, 896, 4864, 14, 2)
     assert sft["fits"] and sft["sharding_ok"] and sft["mesh"]["fsdp"] == 4 and sft["devices"] == 4
     step = _program(sft, "train_step")
+    assert step["unsplit"] == [] and step["replicated"] == []  # 8 rows, vocab and widths all divide over fsdp 4
     mem = step["memory"]
     assert 0 < mem["total"] <= step["hbm_per_device_bytes"] < sft["hbm_capacity_bytes"] == 16 * 2**30
     assert mem["aliased"] > 0  # the state is donated
@@ -72,6 +73,33 @@ def test_grpo_update_and_decode_fit_and_match_6nt_2nt(grpo):
     assert abs(decode["flops"] / two_nt - 1) < 0.15, (decode["flops"], two_nt)
     # the sampler's total counts the optimizer state that stays resident while it runs
     assert decode["memory"]["resident"] > 0 and decode["hbm_per_device_bytes"] < grpo["hbm_capacity_bytes"]
+    # the decode loop updates its donated cache where it lies: no input is copied at its entry but the small
+    # per-call relayouts of the attention weights
+    assert all(not c["input"].startswith("state.cache") for c in decode["input_copies"])
+
+
+@needs_libtpu
+def test_rows_that_do_not_divide_over_fsdp_fail_the_sharding_check_with_a_fix():
+    """6 rows on fsdp 4: `logical_spec` leaves every activation whole on fsdp (each chip runs all 6 rows). No
+    input is large, so only the unsplit check (`rlpt.parallel.rules.recording_unsplit`) sees it, in the values the
+    step constrains: the logits of `logits_from_hidden` among them."""
+    from rlpt.plan.report import advice, failures, markdown
+
+    summary = rehearse(compose_plan(["model=tiny", "target=tpu:v5e-4", "mesh=fsdp", "stage=sft", "plan.sampler=false",
+                                     "plan.write=false", "data.batch_size=6", "data.seq_len=16",
+                                     "plan.replication_mb=0.04"]))
+    assert summary["fits"] and not summary["sharding_ok"]
+    step = _program(summary, "train_step")
+    assert step["replicated"] == []
+    logits = next(u for u in step["unsplit"] if u["name"].startswith("rlpt.models.transformer.logits_from_hidden"))
+    assert (logits["shape"], logits["logical"], logits["axis"], logits["dim_size"], logits["split"]) == (
+        [6, 16, 128], "batch", "fsdp", 6, 4)
+    assert logits["bytes"] == 6 * 16 * 128 * 4  # f32, whole
+    assert logits["fix"].startswith("rows per micro-batch a multiple of 4") and "mesh.fsdp=2" in logits["fix"]
+    assert any(line.startswith("UNSPLIT: train_step: rlpt.models.transformer.logits_from_hidden") and
+               "dim 0 (batch=6) does not divide by 4" in line for line in failures(summary))
+    assert "Unsplit dimensions" in markdown(summary) and any("rows per micro-batch" in a for a in advice(
+        compose_plan(["model=tiny"]), summary))
 
 
 def test_target_names():

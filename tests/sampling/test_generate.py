@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 
 from rlpt.sampling import apply_methods, generate, make_methods
-from rlpt.sampling.generate import decode_phases
+from rlpt.sampling.generate import decode_phases, plan_cache
 from tests.sampling.helpers import PROMPTS, fixed_logits_model, log_softmax, teacher_forced, tiny_model
 
 
@@ -163,3 +163,12 @@ def test_windowed_decoding_matches_recomputation_and_the_unwindowed_decode():
         # 35-token rows: a few log-probs near -4 differ from the teacher-forced ones by ~1e-5 of float noise
         np.testing.assert_allclose(sampled.logprobs[r], log_softmax(logits)[np.arange(24), sampled.tokens[r]],
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_default_cache_slots_are_a_multiple_of_8():
+    """XLA:TPU lays out a (B, KV, S, Dh) cache whose S is not a multiple of 8 with S outside its tile; the decode
+    loop then copied the whole cache into its own layout and back at every call (docs/scaling.md)."""
+    assert plan_cache([[1] * 5], 12, None) == (8, 24)
+    assert plan_cache([[1] * 1000], 3072, None) == (1024, 4104)
+    assert plan_cache([[1] * 5], 12, None, prefix=3) == (8, 21)  # 3 + 21 = 24 slots in all
+    assert plan_cache([[1] * 5], 12, 13) == (8, 14)  # an explicit max_cache_len is kept exactly
