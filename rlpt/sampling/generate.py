@@ -82,6 +82,29 @@ def check_stop_ids(stop_ids, vocab_size: int) -> tuple:
     return stop_ids
 
 
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A sampling call's checked inputs: the methods chain, the prompts as lists, per-row limits (R = prompts *
+    n, prompt-major), the widest limit and the sorted stop ids."""
+
+    methods: tuple
+    prompts: list
+    limits: np.ndarray
+    width: int
+    stop_ids: tuple
+
+
+def check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids) -> Request:
+    """The checks every sampling entry point (`generate`, `generate_refill`, `speculative_generate`) runs on its
+    arguments; a ValueError names the bad one."""
+    methods = make_methods(temperature, top_k, top_p, min_p)
+    prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
+    if int(n) != n or n < 1:
+        raise ValueError(f"n={n!r}; expected an integer >= 1")
+    limits = np.repeat(_per_row(max_new_tokens, len(prompts), "prompt"), n)
+    return Request(methods, prompts, limits, int(limits.max()), check_stop_ids(stop_ids, cfg.vocab_size))
+
+
 def seed_key(seed: int):
     """(2,) uint32 Threefry key data for `seed`; rows draw from it by global row id (prompt * n + sample)."""
     return jax.random.key_data(jax.random.key(int(seed)))
@@ -146,13 +169,8 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     """
     cfg = model.config
     check_quant(cfg, quant, quant_group, kv_cache_dtype)
-    methods = make_methods(temperature, top_k, top_p, min_p)
-    prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
-    if int(n) != n or n < 1:
-        raise ValueError(f"n={n!r}; expected an integer >= 1")
-    limits = np.repeat(_per_row(max_new_tokens, len(prompts), "prompt"), n)
-    width = int(limits.max())
-    stop_ids = check_stop_ids(stop_ids, cfg.vocab_size)
+    req = check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids)
+    methods, prompts, limits, width, stop_ids = req.methods, req.prompts, req.limits, req.width, req.stop_ids
 
     with _mesh_scope(mesh):
         params = engine.sampler_params(model, quant, quant_group)

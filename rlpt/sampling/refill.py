@@ -7,17 +7,14 @@ from rlpt.sampling import engine
 from rlpt.sampling.generate import (
     DECODE_PHASE,
     Generation,
-    _check_prompts,
     _mesh_scope,
-    _per_row,
     bucket,
-    check_stop_ids,
+    check_request,
     next_window,
     pad_prompts,
     plan_cache,
     seed_key,
 )
-from rlpt.sampling.methods import make_methods
 from rlpt.sampling.state import FINISH_REASONS
 
 
@@ -37,16 +34,11 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     """
     cfg = model.config
     check_quant(cfg, quant, quant_group, kv_cache_dtype)
-    methods = make_methods(temperature, top_k, top_p, min_p)
-    prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
+    req = check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids)
+    methods, prompts, limits, width, stop_ids = req.methods, req.prompts, req.limits, req.width, req.stop_ids
     if int(slots) != slots or slots < 1:
         raise ValueError(f"slots={slots!r}; expected an integer >= 1")
-    if int(n) != n or n < 1:
-        raise ValueError(f"n={n!r}; expected an integer >= 1")
     R = len(prompts) * n
-    limits = np.repeat(_per_row(max_new_tokens, len(prompts), "prompt"), n)
-    width = int(limits.max())
-    stop_ids = check_stop_ids(stop_ids, cfg.vocab_size)
     T, cache_len = plan_cache(prompts, width, max_cache_len)
     static = dict(cfg=cfg, methods=methods, stop_ids=stop_ids)
 

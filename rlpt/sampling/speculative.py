@@ -29,16 +29,14 @@ from rlpt.models.transformer import hidden_states, layer_list, logits_from_hidde
 from rlpt.sampling import engine
 from rlpt.sampling.generate import (
     Generation,
-    _check_prompts,
     _mesh_scope,
-    _per_row,
-    check_stop_ids,
+    check_request,
     pad_prompts,
     plan_cache,
     seed_key,
     to_generation,
 )
-from rlpt.sampling.methods import Greedy, apply_methods, categorical, make_methods, row_uniforms
+from rlpt.sampling.methods import Greedy, apply_methods, categorical, row_uniforms
 from rlpt.sampling.sharding import constrain_cache
 from rlpt.sampling.state import LENGTH, STOP, SamplingState
 
@@ -108,7 +106,7 @@ def _draft_round(dweights, dcfg, methods, state: SamplingState, dcache, k: int):
     return jnp.stack(drafts, 1), jnp.stack(logq, 1), dcache
 
 
-def _verify(params, cfg, methods, state: SamplingState, drafts, logq, stop_ids):
+def _verify(params, cfg, methods, state: SamplingState, drafts, logq):
     """The target's verdict on the drafts (B, k): (emitted tokens (B, k + 1), how many of them each row takes
     (B,), raw and sampling log-probs (B, k + 1), kept drafts (B,), the target cache after the forward)."""
     B, k = drafts.shape
@@ -158,7 +156,7 @@ def speculative_round(params, cfg, dweights, dcfg, methods, stop_ids, k, s: Spec
     state = s.target
     active = ~state.done
     drafts, logq, dcache = _draft_round(dweights, dcfg, methods, state, s.draft_cache, k)
-    emitted, count, raw_lp, sampling_lp, kept, cache = _verify(params, cfg, methods, state, drafts, logq, stop_ids)
+    emitted, count, raw_lp, sampling_lp, kept, cache = _verify(params, cfg, methods, state, drafts, logq)
 
     B, N = state.tokens.shape
     cols = jnp.arange(k + 1, dtype=jnp.int32)[None]
@@ -235,13 +233,8 @@ def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n
     if int(k) != k or k < 1:
         raise ValueError(f"k={k!r}; expected an integer >= 1 (drafts per round)")
     cfg, params, dcfg = target.config, target.params, draft.config
-    methods = make_methods(temperature, top_k, top_p, min_p)
-    prompts = _check_prompts(prompt_tokens, cfg.vocab_size)
-    if int(n) != n or n < 1:
-        raise ValueError(f"n={n!r}; expected an integer >= 1")
-    limits = np.repeat(_per_row(max_new_tokens, len(prompts), "prompt"), n)
-    width = int(limits.max())
-    stop_ids = check_stop_ids(stop_ids, cfg.vocab_size)
+    req = check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids)
+    methods, prompts, limits, width, stop_ids = req.methods, req.prompts, req.limits, req.width, req.stop_ids
     # Room for the last round's k + 1 writes past a row's final token (one slot stays scratch).
     T, cache_len = plan_cache(prompts, width + k + 1, None)
     tokens, lengths = pad_prompts(prompts, T)
