@@ -36,6 +36,8 @@ def _lock(name: str) -> list[str]:
 DEV = _lock("dev-lock.txt")
 # Compile-only rehearsals for TPU slices on a CPU (python -m rlpt.plan); libtpu must match jaxlib exactly.
 PLAN = ["libtpu==0.0.51"]
+# The verification and environment fleet on Ray (fleet=ray, rlpt.fleet; docs/fleet.md).
+FLEET = ["ray>=2.40,<3"]
 # Sweeps on a SLURM cluster: python -m rlpt.train -m hydra/launcher=submitit_slurm ... (docs/sweeps.md)
 SLURM = ["hydra-submitit-launcher>=1.2"]
 GPU = [
@@ -56,5 +58,5 @@ setup(
     package_dir={"rlpt.kernels": "kernels", "rlpt.envs": "envs"},
     include_package_data=True,
     install_requires=CORE,
-    extras_require={"dev": DEV, "gpu": GPU, "plan": PLAN, "slurm": SLURM},
+    extras_require={"dev": DEV, "fleet": FLEET, "gpu": GPU, "plan": PLAN, "slurm": SLURM},
 )

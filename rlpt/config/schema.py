@@ -342,6 +342,57 @@ class DistillConfig:
 
 
 @dataclasses.dataclass
+class FleetPoolConfig:
+    """One group of identical verifier workers (Ray actors): each reserves `cpus` CPUs, `memory_mb` MiB (0: no
+    reservation) and, per tag in `tags`, that amount of the custom Ray resource of that name (so only nodes started
+    with it, e.g. `ray start --resources='{"bubblewrap": 100}'`, host the pool), and runs `threads` checks at once."""
+
+    workers: int = num(2, ge=1)
+    cpus: float = num(1.0, ge=0)
+    memory_mb: int = num(0, ge=0)
+    threads: int = num(4, ge=1)
+    tags: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class FleetConfig:
+    """Where verifications (and multi-turn environments) run: kind none (this process, in order: rlpt's classic
+    path) or ray (rlpt.fleet.ray_fleet: Ray actors on this host or a cluster). docs/fleet.md.
+
+    address: local (start a private Ray instance on this host with `local_cpus` CPUs, 0: all) | auto (join the
+    cluster `ray start` runs here) | ray://host:port (Ray Client). pools: name -> FleetPoolConfig; domain_tags:
+    domain glob -> tags a worker's pool must carry to verify it. Scheduling (rlpt.fleet.scheduler): policy domain |
+    fifo, priorities (domain glob -> int, higher first), chunk_s (target seconds of work per dispatch by the cost
+    model, cost_prior_s for a domain not yet measured), max_chunk items, inflight_per_worker chunks sent ahead,
+    deadline_s (items of a batch are ordered before later batches' items; 0: submission order), backup_after (an
+    idle worker re-runs a chunk that has run this many times its expected time; 0: off). max_pending: submit blocks
+    while this many items are unverified (back-pressure on the producer). Faults: a worker that dies is replaced and
+    its unfinished items retried `retries` times on another worker; a domain whose verifier fails quarantine_after
+    times in a row is quarantined (0: never). envs: multi-turn environments run on the fleet (env_hosts actors).
+    start_timeout_s: the longest wait for the workers to start (a cluster without their resources fails then)."""
+
+    kind: str = choice("none", "none", "ray")
+    address: str = "local"
+    local_cpus: int = num(0, ge=0)
+    pools: dict[str, FleetPoolConfig] = dataclasses.field(default_factory=lambda: {"default": FleetPoolConfig()})
+    domain_tags: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    policy: str = choice("domain", "domain", "fifo")
+    priorities: dict[str, int] = dataclasses.field(default_factory=dict)
+    chunk_s: float = num(0.05, gt=0)
+    cost_prior_s: float = num(0.01, gt=0)
+    max_chunk: int = num(64, ge=1)
+    inflight_per_worker: int = num(2, ge=1)
+    deadline_s: float = num(0.0, ge=0)
+    backup_after: float = num(4.0, ge=0)
+    max_pending: int = num(4096, ge=1)
+    retries: int = num(1, ge=0)
+    quarantine_after: int = num(20, ge=0)
+    envs: bool = True
+    env_hosts: int = num(2, ge=1)
+    start_timeout_s: float = num(120.0, gt=0)
+
+
+@dataclasses.dataclass
 class RuntimeConfig:
     """Process settings every stage applies before compiling (rlpt.runtime.setup)."""
 
@@ -370,6 +421,7 @@ class Config:
     distill: DistillConfig = dataclasses.field(default_factory=DistillConfig)
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
+    fleet: FleetConfig = dataclasses.field(default_factory=FleetConfig)
 
 
 def register_configs() -> None:

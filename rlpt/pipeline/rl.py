@@ -12,6 +12,8 @@ import numpy as np
 
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import family_means
+from rlpt.fleet import make_fleet, use
+from rlpt.observe.alerts import get_alert_hook
 from rlpt.observe.components import component_row, run_means
 from rlpt.observe.observers import default_observers
 from rlpt.observe.tags import task_outcomes
@@ -248,6 +250,10 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     evals = {}
     times = {"generate": 0.0, "verify": 0.0, "train": 0.0, "idle": 0.0, "loop": 0.0}
     carry = 0.0  # the previous step's logging and observer time: the trainer is idle then too
+    # where the rollouts' verifications (and multi-turn environments) run: this process or Ray actors (fleet=ray)
+    fleet = make_fleet(cfg.fleet, alert_hooks=[get_alert_hook(h) for h in cfg.observe.alert_hooks])
+    fleet_in_use = use(fleet)
+    fleet_in_use.__enter__()
     try:
         for step in range(start + 1, cfg.rl.steps + 1):
             t0 = time.time()
@@ -271,6 +277,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             row |= {"gen_s": traj.gen_s, "verify_s": traj.verify_s, "train_s": train_s,
                     "idle_s": step_s - train_s, "step_s": step_s}
             row |= traj.prefix_stats or {}
+            row |= fleet.step_stats() if cfg.fleet.kind != "none" else {}
             for k, v in (("generate", traj.gen_s), ("verify", traj.verify_s), ("train", train_s),
                          ("idle", step_s - train_s), ("loop", step_s)):
                 times[k] += v
@@ -288,6 +295,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                 evals[step] = evaluate_fn(trainer.model())
     finally:  # also on an error: stop the producer thread and finish pending checkpoint writes
         producer.close()
+        fleet_in_use.__exit__(None, None, None)
+        fleet.close()
         progress.close()
         if trainer.checkpointer is not None:
             trainer.checkpointer.close()
@@ -308,6 +317,9 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                 "sampler_devices": len(sampler_devices) if sampler_devices else jax.local_device_count(),
                 "weight_sync_s": float(np.mean([h.get("weight_sync_s", 0.0) for h in history])) if history else 0.0}
     summary["reward"] = cfg.reward.name
+    summary["fleet"] = cfg.fleet.kind
+    if fleet.quarantined:
+        summary["fleet_quarantined"] = dict(fleet.quarantined)
     summary["reward_components"] = run_means(history)
     for extra in closed:
         summary |= extra

@@ -120,9 +120,16 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     if max_turns < 1:
         raise ValueError(f"max_turns={max_turns}; expected >= 1")
     if make_env is None:
-        def make_env(task):
-            return default_env(task, max_turns=max_turns, time_limit_s=rcfg.episode_timeout_s,
-                               obs_budget=observation_budget(tok, rcfg), count_tokens=lambda s: len(tok.encode(s)))
+        from rlpt.fleet import current
+
+        env_kwargs = dict(time_limit_s=rcfg.episode_timeout_s, obs_budget=observation_budget(tok, rcfg),
+                          count_tokens=lambda s: len(tok.encode(s)))
+        hosts = getattr(current(), "envs", None)
+        if hosts is not None:  # fleet=ray with fleet.envs: the environments live in the fleet's EnvHost actors
+            make_env = hosts.factory(max_steps=max_turns, **env_kwargs)
+        else:
+            def make_env(task):
+                return default_env(task, max_turns=max_turns, **env_kwargs)
     stops = tuple(tok.eos_ids)
     sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops,
                     quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)

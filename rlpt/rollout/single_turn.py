@@ -78,24 +78,20 @@ def concat_trajectories(parts: list, tasks: list) -> Trajectories:
 
 
 def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
-    """(rewards, passed, texts, verdicts, policy texts) per sample; a crashing verifier scores 0 (a Verdict
-    with the error in details) and the run goes on."""
-    from rlpt.rewards.verdict import Verdict
-    from rlpt.tasks import get_domain
+    """(rewards, passed, texts, verdicts, policy texts) per sample, verified by the current fleet (rlpt.fleet:
+    this process unless the run set fleet=ray); a crashing verifier scores 0 (a Verdict with the error in details)
+    and the run goes on."""
+    from rlpt.fleet import VerifyItem, current
 
-    rewards, passed, texts, verdicts, own = [], [], [], [], []
-    for r in range(response.shape[0]):
-        task = tasks[r // group_size]
-        text = response_text(tok, response[r, :int(lengths[r])])
-        texts.append(text)
-        own.append(text)
-        try:
-            verdict = get_domain(task.domain).verify(task, text)
-        except Exception as e:  # noqa: BLE001  (a broken verifier must not stop training; it is counted)
-            verdict = Verdict(0.0, False, {"error": f"{type(e).__name__}: {e}", "process": 0.0})
-            texts[-1] = f"{text}\n[verifier error: {type(e).__name__}: {e}]"
+    fleet = current()
+    batch = fleet.new_batch()
+    own = [response_text(tok, response[r, :int(lengths[r])]) for r in range(response.shape[0])]
+    items = [VerifyItem(f"{batch}/{r}", tasks[r // group_size], text) for r, text in enumerate(own)]
+    rewards, passed, texts, verdicts = [], [], [], []
+    for item, (verdict, error) in zip(items, fleet.verify(items)):
+        texts.append(item.text if error is None else f"{item.text}\n[verifier error: {error}]")
         score = float(verdict.score)
-        rewards.append(reward_fn(task, text, score) if reward_fn is not None else score)
+        rewards.append(reward_fn(item.task, item.text, score) if reward_fn is not None else score)
         passed.append(bool(verdict.passed))
         verdicts.append(verdict)
     return np.asarray(rewards, np.float32), np.asarray(passed, bool), texts, verdicts, own
