@@ -5,6 +5,7 @@ own threads; `RemoteEnv` has the Gymnasium methods the multi-turn rollout calls 
 to the episode's host. Hosts take no CPU reservation (a tool call mostly waits on its sandbox process).
 """
 
+import collections
 import itertools
 import threading
 
@@ -44,11 +45,16 @@ class EnvHost:
 class RemoteEnv:
     """An environment in an EnvHost actor, driven like a local Gymnasium env (reset / step / close)."""
 
-    def __init__(self, host, key: str, env_id: str, kwargs_ref):
+    def __init__(self, host, key: str, env_id: str, kwargs_ref, counts=None):
         import ray
 
-        self.host, self.key = host, key
+        self.host, self.key, self.counts = host, key, counts
         ray.get(host.make.remote(key, env_id, kwargs_ref))  # a threaded actor: make before anything else
+        self._count("env_episodes")
+
+    def _count(self, what: str) -> None:
+        if self.counts is not None:
+            self.counts(what)
 
     def reset(self, *, seed=None, options=None):
         import ray
@@ -58,6 +64,7 @@ class RemoteEnv:
     def step(self, action):
         import ray
 
+        self._count("env_steps")
         return ray.get(self.host.step.remote(self.key, action))
 
     def close(self) -> None:
@@ -73,6 +80,18 @@ class EnvHosts:
         cls = ray.remote(EnvHost).options(num_cpus=0, max_concurrency=threads, max_restarts=0)
         self.hosts = [cls.remote() for _ in range(n)]
         self._next = itertools.count()
+        self._lock = threading.Lock()
+        self._counts: collections.Counter = collections.Counter()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self._counts[what] += 1
+
+    def take_counts(self) -> dict[str, int]:
+        """Episodes started and steps taken on the hosts since the last call."""
+        with self._lock:
+            out, self._counts = dict(self._counts), collections.Counter()
+        return out
 
     def factory(self, **kwargs):
         """make_env(task) -> RemoteEnv of gym.make(task.env_id, **kwargs) (kwargs sent to the cluster once)."""
@@ -82,7 +101,7 @@ class EnvHosts:
 
         def make_env(task):
             k = next(self._next)
-            return RemoteEnv(self.hosts[k % len(self.hosts)], f"{task.id}/{k}", task.env_id, ref)
+            return RemoteEnv(self.hosts[k % len(self.hosts)], f"{task.id}/{k}", task.env_id, ref, self._count)
 
         return make_env
 

@@ -235,6 +235,13 @@ class RayFleet(FleetBase):
             raise RuntimeError("fleet: the dispatcher thread died") from getattr(self, "_error", None)
         self._cond.wait(0.5 if timeout is None else min(timeout, 0.5))
 
+    def step_stats(self) -> dict[str, float]:
+        out = super().step_stats()
+        if self.envs is not None:  # multi-turn episodes verify inside their environments
+            counts = self.envs.take_counts()
+            out |= {f"fleet/{k}": float(counts.get(k, 0)) for k in ("env_episodes", "env_steps")}
+        return out
+
     def close(self) -> None:
         if self._stop:
             return

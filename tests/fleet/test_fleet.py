@@ -7,7 +7,7 @@ import time
 import pytest
 
 from rlpt.config import compose
-from rlpt.config.schema import FleetConfig
+from rlpt.config.schema import FleetConfig, FleetPoolConfig
 from rlpt.fleet import LocalFleet, VerifyItem, current, make_fleet, use
 from rlpt.tasks.registry import register, unregister
 from tests.fleet import domains
@@ -29,14 +29,15 @@ def test_domains():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)  # two fleets at once
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def fleet(local_ray, test_domains):
-    f = make_fleet(FleetConfig(kind="ray", quarantine_after=5))
+    # half a CPU per worker: the GRPO test's fleet (the other half of the 2 CPUs) can start beside this one
+    f = make_fleet(FleetConfig(kind="ray", quarantine_after=5, pools={"default": FleetPoolConfig(cpus=0.5)}))
     yield f
     f.close()
 
@@ -131,7 +132,7 @@ def test_grpo_run_with_fleet_ray_equals_fleet_none(local_ray, tmp_path):
             "observe.tensorboard=false", "reward=short"]
     hist = {}
     for kind in ("none", "ray"):
-        cfg = compose(tiny + [f"fleet={kind}"])
+        cfg = compose(tiny + [f"fleet={kind}"] + (["fleet.pools.default.cpus=0.5"] if kind == "ray" else []))
         res = run_rl(cfg, builtin_tokenizer(), init_model=init_model(cfg.model, 0), out_dir=str(tmp_path / kind))
         hist[kind] = res["history"]
         assert res["summary"]["fleet"] == kind
@@ -162,4 +163,5 @@ def test_environments_on_the_fleet_behave_like_local_ones(fleet):
             env.close()
         runs.append(steps)
     assert runs[0] == runs[1]
+    assert fleet.step_stats()["fleet/env_steps"] == 2 and fleet.envs.take_counts() == {}
     assert runs[1][-1][1] == 1.0 and runs[1][-1][4] is True  # the oracle solution passes, on the actor too
