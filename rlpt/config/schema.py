@@ -351,7 +351,7 @@ class FleetPoolConfig:
     cpus: float = num(1.0, ge=0)
     memory_mb: int = num(0, ge=0)
     threads: int = num(4, ge=1)
-    tags: dict[str, float] = dataclasses.field(default_factory=dict)
+    tags: dict[str, float] = num(default_factory=dict, gt=0)
 
 
 @dataclasses.dataclass
@@ -377,7 +377,7 @@ class FleetConfig:
     pools: dict[str, FleetPoolConfig] = dataclasses.field(default_factory=lambda: {"default": FleetPoolConfig()})
     domain_tags: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     policy: str = choice("domain", "domain", "fifo")
-    priorities: dict[str, int] = dataclasses.field(default_factory=dict)
+    priorities: dict[str, int] = num(default_factory=dict)  # any int: higher first
     chunk_s: float = num(0.05, gt=0)
     cost_prior_s: float = num(0.01, gt=0)
     max_chunk: int = num(64, ge=1)

@@ -5,14 +5,15 @@ import dataclasses
 
 @dataclasses.dataclass
 class DomainsConfig:
-    """A named mixture of domains. `include` holds names or glob patterns ('arith/*', 'rg/*');
-    `weights` maps a pattern to its sampling weight (domains matching no weight pattern get 1.0);
+    """A named mixture of domains. `include` holds names or glob patterns ('arith/*', 'rg/*'), `exclude` patterns
+    taken out of them; `weights` maps a pattern to its sampling weight (domains matching no weight pattern get 1.0);
     `tiers` restricts every domain to these tiers (empty: all of each domain's tiers)."""
 
     name: str = "quickstart"
     include: list[str] = dataclasses.field(
         default_factory=lambda: ["arith/add", "arith/sub", "list/sort", "str/reverse", "count/char"]
     )
+    exclude: list[str] = dataclasses.field(default_factory=list)
     weights: dict[str, float] = dataclasses.field(default_factory=dict)
     tiers: list[int] = dataclasses.field(default_factory=list)
     eval_size: int = 50

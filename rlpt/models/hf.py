@@ -25,15 +25,25 @@ class CheckpointError(ValueError):
     """A checkpoint folder that cannot be loaded; the message names the file and tensor."""
 
 
-def config_from_hf(folder: str, **overrides) -> ModelConfig:
+def read_config(folder: str) -> tuple[dict, str]:
+    """(config.json as a dict, its path)."""
     path = os.path.join(folder, "config.json")
     if not os.path.exists(path):
         raise CheckpointError(f"{path}: missing config.json")
     try:
         with open(path) as f:
-            hf = json.load(f)
+            return json.load(f), path
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: invalid JSON ({e})") from e
+
+
+def config_from_hf(folder: str, **overrides) -> ModelConfig:
+    hf, path = read_config(folder)
+    return config_from_dict(hf, path, **overrides)
+
+
+def config_from_dict(hf: dict, path: str, **overrides) -> ModelConfig:
+    """The ModelConfig of an HF text-model config dict (`path` names it in errors: a file, or a file's key)."""
     mt = hf.get("model_type")
     if mt not in ARCHITECTURES:
         raise CheckpointError(f"{path}: unsupported model_type {mt!r}; supported: {sorted(ARCHITECTURES)}")
@@ -188,9 +198,11 @@ def _open(path: str):
     return _HANDLES[path]
 
 
-def _read(files: dict[str, str], name: str, shape: tuple, dtype) -> np.ndarray:
+def _read(files: dict[str, str], name: str, shape: tuple, dtype, stored: dict[str, str] | None = None) -> np.ndarray:
+    """Tensor `name` as a numpy array of `shape` and `dtype`; stored: name -> the name in the file (default: same)."""
     path = files[name]
     handle = _open(path)
+    name = stored.get(name, name) if stored else name
     try:
         sl = handle.get_slice(name)
         file_dtype, file_shape = sl.get_dtype(), tuple(sl.get_shape())
@@ -207,14 +219,18 @@ def _read(files: dict[str, str], name: str, shape: tuple, dtype) -> np.ndarray:
     return arr.astype(dtype)
 
 
-def load_params(folder: str, cfg: ModelConfig, mesh=None) -> dict:
+def load_params(folder: str, cfg: ModelConfig, mesh=None, *, stored: dict[str, str] | None = None) -> dict:
     """Stream tensors from the folder's safetensors into rlpt parameters.
 
     Each parameter is built with `jax.make_array_from_callback`, so every device reads only the HF tensors
     (one layer at a time) that its shard needs; nothing is staged as a second full copy of the model.
+    stored: the text model of a multimodal checkpoint, as {HF text-model name: the name in the files}; only those
+    tensors are read (the others are the vision tower's).
     """
     _HANDLES.clear()
     files = _weight_files(folder)
+    if stored is not None:
+        files = {name: files[s] for name, s in stored.items() if s in files}
     names = _hf_names(cfg)
     expected = {n for ns in names.values() for n in ns}
     present = {n for n in files if not n.endswith(IGNORED_SUFFIXES)}
@@ -234,7 +250,7 @@ def load_params(folder: str, cfg: ModelConfig, mesh=None) -> dict:
         hf_shape = to_hf(np.empty(per_shape, np.int8)).shape
 
         def load_one(i, key=key, to_rlpt=to_rlpt, hf_shape=hf_shape, layered=layered):
-            return to_rlpt(_read(files, names[key][i if layered else 0], hf_shape, np_dtype))
+            return to_rlpt(_read(files, names[key][i if layered else 0], hf_shape, np_dtype, stored))
 
         def callback(index, load_one=load_one, layered=layered):
             if not layered:
@@ -258,23 +274,38 @@ def load_params(folder: str, cfg: ModelConfig, mesh=None) -> dict:
     return tree
 
 
-def save_params(params: dict, cfg: ModelConfig, folder: str, *, max_shard_bytes: int = 2 << 30,
-                dtype: str | None = None) -> None:
-    """Write config.json and safetensors (sharded with an index past max_shard_bytes) that HF loads."""
-    os.makedirs(folder, exist_ok=True)
+def hf_tensors(params: dict, cfg: ModelConfig, dtype: str | None = None) -> dict[str, np.ndarray]:
+    """The decoder's parameters as HF-named host arrays (every process takes part in the gather)."""
     tmap, names = _tensor_map(cfg), _hf_names(cfg)
     np_dtype = np.dtype(jnp.dtype(dtype or cfg.param_dtype))
     tensors: dict[str, np.ndarray] = {}
     for key, arr in _flat_keys(params).items():
-        host = to_host(arr).astype(np_dtype)  # every process takes part in the gather; process 0 writes
+        host = to_host(arr).astype(np_dtype)
         to_hf = tmap[key][2]
         if key.startswith("layers/"):
             for i, n in enumerate(names[key]):
                 tensors[n] = np.ascontiguousarray(to_hf(host[i]))
         else:
             tensors[names[key][0]] = np.ascontiguousarray(to_hf(host))
+    return tensors
+
+
+def save_params(params: dict, cfg: ModelConfig, folder: str, *, max_shard_bytes: int = 2 << 30,
+                dtype: str | None = None) -> None:
+    """Write config.json and safetensors (sharded with an index past max_shard_bytes) that HF loads."""
+    os.makedirs(folder, exist_ok=True)
+    tensors = hf_tensors(params, cfg, dtype)
     if jax.process_index() != 0:
         return
+    write_tensors(tensors, folder, max_shard_bytes)
+    hf_cfg = config_to_hf(cfg)
+    hf_cfg["dtype"] = jnp.dtype(dtype or cfg.param_dtype).name
+    _atomic_json(hf_cfg, os.path.join(folder, "config.json"))
+
+
+def write_tensors(tensors: dict[str, np.ndarray], folder: str, max_shard_bytes: int = 2 << 30) -> None:
+    """model.safetensors, or shards of at most max_shard_bytes with model.safetensors.index.json (atomic files)."""
+    os.makedirs(folder, exist_ok=True)
     shards, cur, size = [], {}, 0
     for n, a in tensors.items():
         if cur and size + a.nbytes > max_shard_bytes:
@@ -295,9 +326,6 @@ def save_params(params: dict, cfg: ModelConfig, folder: str, *, max_shard_bytes:
         total = sum(a.nbytes for a in tensors.values())
         _atomic_json({"metadata": {"total_size": total}, "weight_map": weight_map},
                      os.path.join(folder, "model.safetensors.index.json"))
-    hf_cfg = config_to_hf(cfg)
-    hf_cfg["dtype"] = jnp.dtype(dtype or cfg.param_dtype).name
-    _atomic_json(hf_cfg, os.path.join(folder, "config.json"))
 
 
 def _atomic_save(tensors, path, meta):

@@ -686,8 +686,11 @@ _REMAT = {
 
 
 def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None,
-                  cache_window=None):
+                  cache_window=None, embeds=None):
     """Final-norm hidden states (B, T, D) for tokens (B, T); returns (hidden, new_cache or None).
+
+    embeds (B, T, D): the input embeddings to use instead of looking `tokens` up (a VLM's text embeddings with
+    image features spliced in at its image tokens, rlpt.models.vision).
 
     positions (B, T) default to arange; segment_ids (B, T) default to ones (0 marks padding).
     cache: from `init_cache`; the T new tokens are written at cache["index"] (B,) and attend to every
@@ -700,8 +703,8 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
     if segment_ids is None:
         segment_ids = jnp.ones((B, T), jnp.int32)
     positions, segment_ids = positions.astype(jnp.int32), segment_ids.astype(jnp.int32)
-    x = jnp.take(params["embed"], tokens, axis=0).astype(cfg.dtype)
-    x = constrain(x, ACT)
+    x = jnp.take(params["embed"], tokens, axis=0) if embeds is None else embeds
+    x = constrain(x.astype(cfg.dtype), ACT)
     cos, sin = rope_cos_sin(cfg, positions)
     if cache is not None:
         x, new_cache = _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, cache_window)
@@ -850,9 +853,9 @@ def logits_from_hidden(params, cfg: ModelConfig, hidden):
     return constrain(logits, ("batch", "act_seq", "act_vocab"))
 
 
-def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None):
-    """Logits (B, T, V) for tokens (B, T); with a cache, returns (logits, new_cache)."""
-    hidden, new_cache = hidden_states(params, cfg, tokens, positions, segment_ids, cache=cache)
+def forward(params, cfg: ModelConfig, tokens, positions=None, segment_ids=None, *, cache=None, embeds=None):
+    """Logits (B, T, V) for tokens (B, T) (or their input embeddings `embeds`); with a cache, (logits, new_cache)."""
+    hidden, new_cache = hidden_states(params, cfg, tokens, positions, segment_ids, cache=cache, embeds=embeds)
     logits = logits_from_hidden(params, cfg, hidden)
     return logits if cache is None else (logits, new_cache)
 

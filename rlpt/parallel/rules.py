@@ -33,6 +33,10 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("layers", None),
     ("norm", None),
     ("lora_rank", None),
+    # the vision tower (rlpt.models.vision): its flattened patch, its patch positions, the projector's input
+    ("patch", None),
+    ("patches", None),
+    ("vision_embed", "fsdp"),
     ("cache_seq", None),
     ("scalar", None),
 )

@@ -45,7 +45,7 @@ def _last_logits(params, cfg, hidden, lengths):
 @functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "n", "cache_len", "width",
                                              "kv_cache_dtype"))
 def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, methods, stop_ids, n, cache_len, width,
-            kv_cache_dtype=None, prefix=None):
+            kv_cache_dtype=None, prefix=None, embeds=None):
     """Run right-padded prompts (B, T) through the model once and draw each row's first token.
 
     Returns the state of B * n rows (prompt-major): the prompt's cache is broadcast to its n samples.
@@ -54,6 +54,8 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     token's log-prob is the quantized sampler's own). kv_cache_dtype: `init_cache`'s (None or "int8").
     prefix: `prefix_kv`'s K/V of P tokens every prompt starts with (then `tokens` are the prompts after them,
     prompt_lengths theirs): copied into slots 0..P-1 of every row, not recomputed.
+    embeds (B, T, D): the prompts' input embeddings instead of the token lookup (a VLM's, images spliced in at
+    their image tokens, rlpt.models.vision); decoding reads the images from the cache, never recomputes them.
     """
     B, T = tokens.shape
     params = dense_params(params, cfg.dtype)
@@ -66,7 +68,7 @@ def prefill(params, tokens, prompt_lengths, max_new, rng, row_ids, *, cfg, metho
     # T x (P + T) (the rest are empty, masked slots: the same softmax).
     positions = P + jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32), (B, T))
     hidden, cache = hidden_states(params, cfg, tokens, positions, segments, cache=cache,
-                                  cache_window=P + T if P + T < cache_len else None)
+                                  cache_window=P + T if P + T < cache_len else None, embeds=embeds)
     logits = _last_logits(params, cfg, hidden, prompt_lengths)
     # Padding went into slots len..T-1 as segment 0; pointing index at len lets decoding overwrite them.
     prompt_lengths = prompt_lengths + P

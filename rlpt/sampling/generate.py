@@ -146,7 +146,7 @@ def to_generation(state: SamplingState, keep_state: bool) -> Generation:
 def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_k=None, top_p=None,
              stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True,
              decode_phase=DECODE_PHASE, row_offset=0, quant="none", quant_group=128,
-             kv_cache_dtype=None, prefix_cache=None) -> Generation:
+             kv_cache_dtype=None, prefix_cache=None, images=None) -> Generation:
     """Sample continuations of ragged prompts with a KV cache; see `Generation` for the result.
 
     max_new_tokens: an int, or one limit per prompt. temperature 0 is greedy. The cache holds
@@ -166,7 +166,11 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     prefix_cache: a `rlpt.sampling.PrefixCache`: the prompts' common prefix (a system prompt, a few-shot
     preamble) is taken from it or computed once and stored there, instead of once per prompt (the same results
     up to float rounding; its counters give the hit rate).
+    images: with a `rlpt.models.vision.VisionLanguageModel`, the pixel values (N, C, H, W) of the images the
+    prompts' image tokens stand for, in prompt order (`rlpt.models.image_processing.preprocess`); the tower runs
+    once, in the prefill, and decoding reads the images from the KV cache.
     """
+    model, embed_fn = _vision_inputs(model, prompt_tokens, images, prefix_cache)
     cfg = model.config
     check_quant(cfg, quant, quant_group, kv_cache_dtype)
     req = check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids)
@@ -185,12 +189,31 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
         row_ids = np.arange(row_offset, row_offset + len(prompts) * n, dtype=np.uint32)
         state = engine.prefill(params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=cfg, methods=methods,
                                stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width,
-                               kv_cache_dtype=kv_cache_dtype, prefix=prefix)
+                               kv_cache_dtype=kv_cache_dtype, prefix=prefix,
+                               embeds=None if embed_fn is None else embed_fn(tokens, lengths))
         weights = engine.decode_weights(model, quant=quant, quant_group=quant_group)
         for steps, window in decode_phases(P + int(lengths.max()), width, cache_len, decode_phase):
             state = engine.decode(weights, state, len(prompts) * n, steps, cfg=cfg, methods=methods,
                                   stop_ids=stop_ids, window=window)
     return to_generation(state, keep_state)
+
+
+def _vision_inputs(model, prompts, images, prefix_cache):
+    """(the decoder to sample from, embed_fn(tokens, lengths) -> prefill embeddings or None) for `generate`."""
+    from rlpt.models.vision import VisionLanguageModel
+
+    if not isinstance(model, VisionLanguageModel):
+        if images is not None:
+            raise ValueError(f"generate(images=...) needs a VisionLanguageModel, got {type(model).__name__}")
+        return model, None
+    if prefix_cache is not None:
+        raise ValueError("generate: prefix_cache does not combine with a VisionLanguageModel (image tokens look "
+                         "alike across prompts but stand for different images)")
+    model.check_image_tokens([list(p) for p in prompts], 0 if images is None else len(images))
+    text = model.text_model()
+    if images is None or not len(images):
+        return text, None
+    return text, lambda tokens, lengths: model.prompt_embeds(tokens, lengths, images)
 
 
 def next_window(filled: int, cache_len: int, phase: int | None) -> tuple[int | None, int | None]:

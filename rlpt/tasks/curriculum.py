@@ -217,7 +217,7 @@ def build_curriculum(cfg: CurriculumConfig, domains_cfg: DomainsConfig) -> Curri
     bad = {k: v for k, v in cfg.replay_tag_weights.items() if k not in FAILURE_TAGS or v < 0}
     if bad:
         raise ValueError(f"curriculum.replay_tag_weights {bad}: tags must be in {FAILURE_TAGS}, weights >= 0")
-    names = resolve(domains_cfg.include)
+    names = resolve(domains_cfg.include, domains_cfg.exclude)
     tiers = []
     for name in names:
         allowed = get_domain(name).tiers

@@ -49,9 +49,10 @@ def get_domain(name: str) -> Domain:
     return _DOMAINS[name]
 
 
-def resolve(patterns: list[str]) -> list[str]:
-    """Domain names matching any of the glob patterns (e.g. 'arith/*', 'rg/*'); each pattern must match."""
-    names = list_domains()
+def resolve(patterns: list[str], exclude: list[str] = ()) -> list[str]:
+    """Domain names matching any of the glob patterns (e.g. 'arith/*', 'rg/*') and none of `exclude`; each
+    pattern must match."""
+    names = [n for n in list_domains() if not any(fnmatch.fnmatchcase(n, x) for x in exclude)]
     out: list[str] = []
     for pattern in patterns:
         hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]

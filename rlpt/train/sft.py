@@ -35,7 +35,7 @@ def domain_mixture(cfg: Config):
     files = file_sources(cfg.data)
     names = [n for n, _ in files]
     weights = [w for _, w in files]
-    for n in resolve(list(cfg.domains.include)) if cfg.data.with_domains else []:
+    for n in resolve(list(cfg.domains.include), list(cfg.domains.exclude)) if cfg.data.with_domains else []:
         if n in names:  # a file domain also named in domains.include: its source weight stands
             continue
         w = [v for pat, v in cfg.domains.weights.items() if fnmatch.fnmatchcase(n, pat)]

@@ -20,5 +20,5 @@ def check(task, response):
     return Verdict(float(ok), ok, {})
 
 
-SLOW = Domain("fleettest/slow", (1,), make, check, source="test", verifier="exact")
+SLOW = Domain("fleettest/slow", (1, 2), make, check, source="test", verifier="exact")
 TAGGED = Domain("fleettest/tagged", (1,), make, check, source="test", verifier="exact")

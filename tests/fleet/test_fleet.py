@@ -121,25 +121,42 @@ def test_ray_fleet_backpressure_tags_and_quarantine(fleet):
     assert fleet.step_stats()["fleet/quarantined"] >= 1
 
 
-def test_grpo_run_with_fleet_ray_equals_fleet_none(local_ray, tmp_path):
-    """The same seed gives the same rewards and losses whether verification runs here or on Ray actors."""
+def test_grpo_run_with_fleet_ray_equals_fleet_none(local_ray, test_domains, tmp_path):
+    """The same seed gives the same rewards and losses whether verification runs here or on Ray actors, even when a
+    worker is killed during the first step's verification: the step completes with every verdict, once."""
     from rlpt.models import builtin_tokenizer, init_model
     from rlpt.pipeline.rl import run_rl
 
     tiny = ["model.hidden_size=32", "model.intermediate_size=64", "rl.rollout.prompts_per_step=4",
-            "rl.rollout.group_size=4", "domains.include=[arith/add,str/reverse]", "train.ckpt_every=0",
+            "rl.rollout.group_size=4", "domains.include=[arith/add,fleettest/slow]", "train.ckpt_every=0",
             "train.progress=false", "rl.rollout.max_new_tokens=32", "rl.rollout.max_prompt_len=32", "rl.steps=2",
             "observe.tensorboard=false", "reward=short"]
+    killed = []
+
+    def kill_a_busy_worker():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            fleet = current()
+            busy = [w for w in getattr(fleet, "workers", []) if w.inflight]
+            if busy:
+                ray.kill(busy[0].actor)
+                killed.append(busy[0])
+                return
+            time.sleep(0.001)
+
     hist = {}
     for kind in ("none", "ray"):
         cfg = compose(tiny + [f"fleet={kind}"] + (["fleet.pools.default.cpus=0.5"] if kind == "ray" else []))
+        if kind == "ray":
+            threading.Thread(target=kill_a_busy_worker, daemon=True).start()
         res = run_rl(cfg, builtin_tokenizer(), init_model=init_model(cfg.model, 0), out_dir=str(tmp_path / kind))
         hist[kind] = res["history"]
         assert res["summary"]["fleet"] == kind
     same = ("reward_mean", "reward_std", "pass_rate", "loss", "tokens_generated")
     assert [{k: h[k] for k in same} for h in hist["none"]] == [{k: h[k] for k in same} for h in hist["ray"]]
     assert any(h["loss"] != 0 for h in hist["ray"])
-    assert all(h["fleet/verified"] == 16 for h in hist["ray"])
+    assert killed and sum(h["fleet/workers_replaced"] for h in hist["ray"]) == 1
+    assert all(h["fleet/verified"] == 16 for h in hist["ray"])  # every row's verdict, once per step
     assert not any(k.startswith("fleet/") for k in hist["none"][0])
 
 

@@ -82,7 +82,7 @@ def procedural_suite(name: str) -> Suite | None:
     group = name[len("group:"):] if name.startswith("group:") else name
     if group in domain_groups():
         dc = group_config(group)
-        names = resolve(list(dc.include))
+        names = resolve(list(dc.include), list(dc.exclude))
         return _suite(name, names, _tiers(names, list(dc.tiers)), dc.eval_size, dc.eval_offset, 64,
                       f"domains={group} (experiments/conf/domains/{group}.yaml)")
     return None

@@ -1,4 +1,4 @@
-"""Native procedural domains: generators with strict verifiers, five difficulty tiers each."""
+"""Native procedural domains: generators with strict verifiers, five difficulty tiers each (vision/*: three)."""
 
 from rlpt.tasks.native import (
     algebra,
@@ -14,6 +14,7 @@ from rlpt.tasks.native import (
     strings,
     tools,
     units,
+    vision,
 )
 
 MODULES = (
@@ -30,6 +31,7 @@ MODULES = (
     extraction,
     docqa,
     tools,
+    vision,
 )
 
 
