@@ -264,13 +264,18 @@ def load_params(folder: str, cfg: ModelConfig, mesh=None, *, stored: dict[str, s
             sharding = named_sharding(mesh, axes[key], shape)
         out[key] = jax.make_array_from_callback(shape, sharding, callback)
     _HANDLES.clear()
-    tree = {}
-    for key, arr in out.items():
+    return nest(out)
+
+
+def nest(flat: dict) -> dict:
+    """A nested dict from {"a/b/c": leaf} keys (the inverse of `_flat_keys`)."""
+    tree: dict = {}
+    for key, leaf in flat.items():
         node = tree
-        *parents, leaf = key.split("/")
+        *parents, name = key.split("/")
         for p in parents:
             node = node.setdefault(p, {})
-        node[leaf] = arr
+        node[name] = leaf
     return tree
 
 

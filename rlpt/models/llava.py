@@ -102,27 +102,6 @@ _PROJECTOR_MAP = {"w1": ("linear_1.weight", True), "b1": ("linear_1.bias", False
                   "w2": ("linear_2.weight", True), "b2": ("linear_2.bias", False)}
 
 
-def _flat(tree, prefix=""):
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out |= _flat(v, f"{prefix}{k}/")
-        else:
-            out[prefix + k] = v
-    return out
-
-
-def _nest(flat: dict) -> dict:
-    tree: dict = {}
-    for key, v in flat.items():
-        node = tree
-        *parents, leaf = key.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = v
-    return tree
-
-
 def _text_names(names: list[str]) -> dict[str, str]:
     """{HF text-model name: the name in the files} for the text model's tensors among `names`."""
     out = {}
@@ -158,9 +137,9 @@ def load_llava(folder: str, *, mesh=None, **text_overrides):
         return hf._read(files, table[name], shape, dtype)
 
     used = set()
-    flat = {}
+    flat, vision_shapes = {}, hf._flat_keys(shapes["vision"])
     for key, (tmpl, to_rlpt, to_hf) in _vision_map(vc).items():
-        shape = _flat(shapes["vision"])[key]
+        shape = vision_shapes[key]
         per = shape[1:] if key.startswith("layers/") else shape
         hf_shape = to_hf(np.empty(per, np.int8)).shape
         if key.startswith("layers/"):
@@ -182,7 +161,7 @@ def load_llava(folder: str, *, mesh=None, **text_overrides):
         hf_shape = shape[::-1] if transpose else shape
         arr = read(projector_names, name, hf_shape, "multi_modal_projector.")
         proj[key] = arr.T if transpose else arr
-    params["vision"] = jax.tree.map(jnp.asarray, _nest(flat))
+    params["vision"] = jax.tree.map(jnp.asarray, hf.nest(flat))
     params["projector"] = jax.tree.map(jnp.asarray, proj)
     hf._HANDLES.clear()
     model = VisionLanguageModel(cfg, params)
@@ -213,7 +192,7 @@ def save_llava(model, folder: str, *, dtype: str | None = None, max_shard_bytes:
     np_dtype = np.dtype(jnp.dtype(dtype or cfg.text.param_dtype))
     text = hf.hf_tensors(model.params["text"], cfg.text, dtype)
     tensors = {"language_model." + n: a for n, a in text.items()}  # model.* and lm_head.weight, legacy prefix
-    vision = _flat(jax.tree.map(np.asarray, model.params["vision"]))
+    vision = hf._flat_keys(jax.tree.map(np.asarray, model.params["vision"]))
     for key, (tmpl, _, to_hf) in _vision_map(cfg.vision).items():
         arr = vision[key].astype(np_dtype)
         if key.startswith("layers/"):

@@ -30,6 +30,7 @@ tune_malloc()
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -57,11 +58,21 @@ def with_dtype(model, dtype):
     return Model(dataclasses.replace(model.config, compute_dtype=dtype), model.params)
 
 
+def quant_kwargs(name, cfg):
+    """QUANT[name] for a model: int4 takes the largest group (<= 128) that divides each weight's input dimension."""
+    kw = dict(QUANT[name])
+    if kw.get("quant") == "int4":
+        dims = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.intermediate_size)
+        kw["quant_group"] = next(g for g in (128, 64, 32, 16, 8) if all(d % g == 0 for d in dims))
+    return kw
+
+
 def sampler_for(name, model, draft, k):
     """A function (prompts, new, **kw) -> Generation for setting `name`."""
     if name == "speculative":
         return lambda prompts, new, **kw: speculative_generate(model, draft, prompts, new, k=k, **kw)
-    return lambda prompts, new, **kw: generate(model, prompts, new, keep_state=False, **QUANT[name], **kw)
+    quant = quant_kwargs(name, model.config)
+    return lambda prompts, new, **kw: generate(model, prompts, new, keep_state=False, **quant, **kw)
 
 
 def tokens_per_s(run, prompts, new, repeats):
@@ -101,7 +112,7 @@ def pass1(model, tok, tasks, name, draft, k, max_new_tokens):
     if name == "speculative":
         return evaluate(None, tok, tasks, max_new_tokens=max_new_tokens,
                         sampler=functools.partial(speculative_generate, model, draft, k=k))["pass1"]
-    return evaluate(model, tok, tasks, max_new_tokens=max_new_tokens, **QUANT[name])["pass1"]
+    return evaluate(model, tok, tasks, max_new_tokens=max_new_tokens, **quant_kwargs(name, model.config))["pass1"]
 
 
 def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
@@ -123,6 +134,10 @@ def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
                 best = max(DTYPES, key=lambda dt: speed[dt])
                 rows.setdefault(name, {})[B] = dict(tok_s=speed[best], dtype=best, hf=hf[peer_dtype],
                                                     hf_dtype=peer_dtype, **{k: v for k, v in speed.items()})
+                # drop the setting's compiled programs: dozens of XLA:CPU executables in one process exhaust the
+                # kernel's memory-map limit (vm.max_map_count; LLVM then fails with "Cannot allocate memory")
+                jax.clear_caches()
+                gc.collect()
             full = rows["full"][B]["tok_s"]
             for name in settings:
                 r = rows[name][B]

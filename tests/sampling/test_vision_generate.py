@@ -26,13 +26,24 @@ def test_greedy_generation_equals_teacher_forced_vlm(vlm):
     prompts = [[5, 6] + [IMG] * k + [7], [9] + [IMG] * k + [10, 11, 12, 13]]  # ragged: right padding in the prefill
     pixels = np.asarray(jax.random.normal(jax.random.key(0), (2, 3, 16, 16)), np.float32) * 2
     out = generate(vlm, prompts, 6, temperature=0.0, images=pixels, keep_state=False)
+    # teacher forcing: prompt + generated tokens of both rows in one right-padded batch (one compile)
+    seqs = [list(p) + [int(t) for t in out.tokens[r, :out.lengths[r]]] for r, p in enumerate(prompts)]
+    width = max(map(len, seqs))
+    tokens = np.zeros((2, width), np.int32)
+    segments = np.zeros((2, width), np.int32)
+    prompt_part = np.zeros((2, width), bool)  # a generated token equal to IMG is text, not an image
+    for r, seq in enumerate(seqs):
+        tokens[r, :len(seq)], segments[r, :len(seq)], prompt_part[r, :len(prompts[r])] = seq, 1, True
+
+    @jax.jit
+    def teacher_forced(params, tokens, segments, prompt_part, pixels):
+        feats = image_features(params, vlm.config, pixels)
+        embeds = merge_embeddings(params, vlm.config, tokens, feats, prompt_part)
+        return forward(params["text"], vlm.config.text, tokens, segment_ids=segments, embeds=embeds)
+
+    all_logits = np.asarray(teacher_forced(vlm.params, tokens, segments, prompt_part, pixels))
     for r, p in enumerate(prompts):
-        seq = list(p) + [int(t) for t in out.tokens[r, :out.lengths[r]]]
-        tokens = np.asarray([seq], np.int32)
-        prompt_part = np.arange(len(seq))[None] < len(p)  # a generated token equal to IMG is text, not an image
-        embeds = merge_embeddings(vlm.params, vlm.config, tokens, image_features(vlm.params, vlm.config,
-                                                                                 pixels[r:r + 1]), prompt_part)
-        logits = np.asarray(forward(vlm.params["text"], vlm.config.text, tokens, embeds=embeds))[0]
+        logits = all_logits[r]
         for j in range(int(out.lengths[r])):
             pos = len(p) - 1 + j
             assert int(out.tokens[r, j]) == int(np.argmax(logits[pos]))
