@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 
-from rlpt.fleet.work import failed, verify_one
+from rlpt.fleet.work import check, failed
 from rlpt.rewards.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,7 @@ class FleetBase(abc.ABC):
     """Bookkeeping shared by every fleet: verdicts by id, quarantine, alerts, per-step counters."""
 
     kind = "base"
+    envs = None  # an EnvHosts when multi-turn environments run on the fleet (rlpt.fleet.envs)
 
     def __init__(self, *, quarantine_after: int = 0, alert_hooks=()):
         if quarantine_after < 0:
@@ -60,7 +61,8 @@ class FleetBase(abc.ABC):
         self._batches = itertools.count()
         self._stats = collections.Counter()
         self._depth: dict[str, int] = {}
-        self._seconds: dict[str, list[float]] = collections.defaultdict(list)
+        self._check_s: collections.Counter = collections.Counter()  # per domain since step_stats: seconds, checks
+        self._checks: collections.Counter = collections.Counter()
 
     # --- the interface -------------------------------------------------------------------------------------
     def new_batch(self) -> int:
@@ -107,13 +109,14 @@ class FleetBase(abc.ABC):
         with self._cond:
             stats, self._stats = self._stats, collections.Counter()
             depth, self._depth = self._depth, {}
-            seconds, self._seconds = self._seconds, collections.defaultdict(list)
+            check_s, self._check_s = self._check_s, collections.Counter()
+            checks, self._checks = self._checks, collections.Counter()
         out = {f"fleet/{k}": float(stats.get(k, 0)) for k in
                ("verified", "failures", "retries", "duplicates", "workers_replaced", "late")}
         out["fleet/backpressure_s"] = float(stats.get("backpressure_ms", 0)) / 1000
         out["fleet/quarantined"] = float(len(self.quarantined))
         out |= {f"fleet/queue/{d}": float(n) for d, n in depth.items()}
-        out |= {f"fleet/check_ms/{d}": 1000 * sum(v) / len(v) for d, v in seconds.items() if v}
+        out |= {f"fleet/check_ms/{d}": 1000 * check_s[d] / n for d, n in checks.items()}
         return out
 
     def close(self) -> None:  # noqa: B027  (an in-process fleet holds nothing to release)
@@ -145,7 +148,8 @@ class FleetBase(abc.ABC):
             self._verdicts[item_id] = (verdict, error)
             self._stats["verified"] += 1
             if seconds is not None:
-                self._seconds[domain].append(seconds)
+                self._check_s[domain] += seconds
+                self._checks[domain] += 1
             if count_failure and failed(verdict, error):
                 self._stats["failures"] += 1
                 self._streak[domain] += 1
@@ -179,26 +183,17 @@ class FleetBase(abc.ABC):
 
 
 class LocalFleet(FleetBase):
-    """fleet=none: each item verified in the calling thread, in order, by `verify_one`."""
+    """fleet=none: each item verified in the calling thread, in order, by `rlpt.fleet.work.check`."""
 
     kind = "none"
 
     def _run(self, items: list[VerifyItem]) -> None:
-        from rlpt.tasks import get_domain
-
         for it in items:
             name = it.task.domain
             if name in self.quarantined:
                 self._record(it.id, name, *self._quarantine_verdict(name), count_failure=False)
                 continue
-            t0 = time.perf_counter()
-            try:
-                domain = get_domain(name)
-            except KeyError as e:
-                verdict, error = Verdict(0.0, False, {"error": str(e), "process": 0.0}), f"KeyError: {e}"
-            else:
-                verdict, error = verify_one(domain, it.task, it.text)
-            self._record(it.id, name, verdict, error, time.perf_counter() - t0)
+            self._record(it.id, name, *check(it.task, it.text))
 
 
 _DEFAULT = LocalFleet()

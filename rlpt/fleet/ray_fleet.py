@@ -54,20 +54,9 @@ class VerifierWorker:
         self.domains.update(domains)
 
     def verify(self, chunk: list) -> list:
-        from rlpt.fleet.work import verify_one
-        from rlpt.tasks import get_domain
+        from rlpt.fleet.work import check
 
-        def one(entry):
-            item_id, name, task, text = entry
-            t0 = time.perf_counter()
-            try:
-                domain = self.domains[name] if name in self.domains else get_domain(name)
-            except KeyError as e:
-                return item_id, Verdict(0.0, False, {"error": str(e), "process": 0.0}), f"KeyError: {e}", 0.0
-            verdict, error = verify_one(domain, task, text)
-            return item_id, verdict, error, time.perf_counter() - t0
-
-        return list(self.pool.map(one, chunk))
+        return list(self.pool.map(lambda entry: (entry[0], *check(entry[2], entry[3], self.domains)), chunk))
 
 
 @dataclasses.dataclass
@@ -134,12 +123,12 @@ class RayFleet(FleetBase):
         self._flights: dict = {}  # ref -> _Flight
         self._domains: dict[str, str] = {}  # item id -> domain (pending)
         self._stop = False
+        self._error: BaseException | None = None  # what stopped the dispatcher thread
         starting = [self._start_worker(name) for name, pool in cfg.pools.items() for _ in range(pool.workers)]
         self._await_ready(starting)
         self.workers = starting
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rlpt-fleet-dispatch")
         self._thread.start()
-        self.envs = None
         if cfg.envs:
             from rlpt.fleet.envs import EnvHosts
 
@@ -232,7 +221,7 @@ class RayFleet(FleetBase):
 
     def _wait(self, timeout):
         if not self._thread.is_alive() and not self._stop:
-            raise RuntimeError("fleet: the dispatcher thread died") from getattr(self, "_error", None)
+            raise RuntimeError("fleet: the dispatcher thread died") from self._error
         self._cond.wait(0.5 if timeout is None else min(timeout, 0.5))
 
     def step_stats(self) -> dict[str, float]:

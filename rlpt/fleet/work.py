@@ -1,5 +1,7 @@
 """What a verification is, wherever it runs: the in-process fleet and the Ray workers call the same function."""
 
+import time
+
 from rlpt.rewards.verdict import Verdict
 
 
@@ -19,3 +21,17 @@ def failed(verdict: Verdict, error: str | None) -> bool:
     raised, or its check crashed (Domain.verify's "check raised ..."). A wrong answer, or a program of the policy
     that times out in the sandbox, is an answer, not a failure."""
     return error is not None or str(verdict.details.get("error", "")).startswith("check raised")
+
+
+def check(task, text: str, domains: dict | None = None) -> tuple[Verdict, str | None, float]:
+    """(verdict, error, seconds) for one response: its domain from `domains` (the ones a worker was sent) or the
+    registry (an unknown domain scores 0 with the KeyError), then `verify_one`."""
+    from rlpt.tasks import get_domain
+
+    t0 = time.perf_counter()
+    try:
+        domain = domains[task.domain] if domains and task.domain in domains else get_domain(task.domain)
+    except KeyError as e:
+        return Verdict(0.0, False, {"error": str(e), "process": 0.0}), f"KeyError: {e}", 0.0
+    verdict, error = verify_one(domain, task, text)
+    return verdict, error, time.perf_counter() - t0

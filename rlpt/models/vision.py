@@ -18,6 +18,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from rlpt.models.config import DTYPES, ModelConfig
 from rlpt.models.transformer import forward as text_forward
@@ -218,8 +219,6 @@ def merge_embeddings(params, cfg: VLMConfig, tokens, features, valid=None):
 def check_image_tokens(cfg: VLMConfig, tokens, num_images: int, sample_ids=None) -> None:
     """Raise naming the row unless the batch's image tokens (rows: a (B, T) array or ragged lists) are exactly
     num_images x tokens_per_image."""
-    import numpy as np
-
     per_row = np.array([int((np.asarray(row) == cfg.vision.image_token_id).sum()) for row in tokens], np.int64)
     if int(per_row.sum()) != num_images * cfg.vision.tokens_per_image:
         bad = [r for r, n in enumerate(per_row) if n % cfg.vision.tokens_per_image]
@@ -244,6 +243,7 @@ class VisionLanguageModel:
 
     config: VLMConfig
     params: dict
+    _text: object = dataclasses.field(default=None, init=False, repr=False, compare=False)  # text_model()'s Model
 
     def __call__(self, tokens, pixel_values=None, positions=None, segment_ids=None):
         """Logits (B, T, V). pixel_values (N, C, H, W) as `rlpt.models.image_processing.preprocess` makes them;
@@ -264,11 +264,9 @@ class VisionLanguageModel:
         derived values, e.g. its CPU decode layout, are built once)."""
         from rlpt.models.model import Model
 
-        cached = getattr(self, "_text", None)
-        if cached is None or cached.params is not self.params["text"]:
-            cached = Model(self.config.text, self.params["text"])
-            object.__setattr__(self, "_text", cached)
-        return cached
+        if self._text is None or self._text.params is not self.params["text"]:
+            self._text = Model(self.config.text, self.params["text"])
+        return self._text
 
     def prompt_embeds(self, tokens, lengths, images):
         """Input embeddings (B, T, D) of right-padded prompts (B, T) with their images spliced in."""

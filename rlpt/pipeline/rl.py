@@ -1,4 +1,5 @@
 """The RL loop: sample tasks, generate, verify, advantages, update, sync weights; sync or async."""
+import contextlib
 import dataclasses
 import functools
 import json
@@ -251,9 +252,10 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     times = {"generate": 0.0, "verify": 0.0, "train": 0.0, "idle": 0.0, "loop": 0.0}
     carry = 0.0  # the previous step's logging and observer time: the trainer is idle then too
     # where the rollouts' verifications (and multi-turn environments) run: this process or Ray actors (fleet=ray)
-    fleet = make_fleet(cfg.fleet, alert_hooks=[get_alert_hook(h) for h in cfg.observe.alert_hooks])
-    fleet_in_use = use(fleet)
-    fleet_in_use.__enter__()
+    fleet_scope = contextlib.ExitStack()  # closed (fleet released) in the finally below
+    fleet = fleet_scope.enter_context(make_fleet(cfg.fleet, alert_hooks=[get_alert_hook(h)
+                                                                         for h in cfg.observe.alert_hooks]))
+    fleet_scope.enter_context(use(fleet))
     try:
         for step in range(start + 1, cfg.rl.steps + 1):
             t0 = time.time()
@@ -295,8 +297,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                 evals[step] = evaluate_fn(trainer.model())
     finally:  # also on an error: stop the producer thread and finish pending checkpoint writes
         producer.close()
-        fleet_in_use.__exit__(None, None, None)
-        fleet.close()
+        fleet_scope.close()
         progress.close()
         if trainer.checkpointer is not None:
             trainer.checkpointer.close()

@@ -124,7 +124,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
 
         env_kwargs = dict(time_limit_s=rcfg.episode_timeout_s, obs_budget=observation_budget(tok, rcfg),
                           count_tokens=lambda s: len(tok.encode(s)))
-        hosts = getattr(current(), "envs", None)
+        hosts = current().envs
         if hosts is not None:  # fleet=ray with fleet.envs: the environments live in the fleet's EnvHost actors
             make_env = hosts.factory(max_steps=max_turns, **env_kwargs)
         else:

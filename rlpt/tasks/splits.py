@@ -37,7 +37,6 @@ def split_report(domain: str, tier: int, n_train: int = 200, n_eval: int = 50, n
     if evals and "images" in evals[0].meta:
         # image tasks share one prompt template across pictures: what an eval item shows is its split key (the
         # image's content as canonical text), compared by exact match only (n-grams of grid specs overlap by chance)
-
         key = get_domain(domain).split_on
         return check_contamination([t.meta[key] for t in train], [t.meta[key] for t in evals], n=n,
                                    min_evidence=sys.maxsize)
