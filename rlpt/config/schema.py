@@ -96,6 +96,9 @@ class DataConfig:
     tokenizer: str = "builtin"  # builtin | a tokenizer folder
     path: str = ""  # data=rl_jsonl: the RL prompt file (docs/rl_data.md), read by its source's ${data.path}
     with_domains: bool = True  # the task mixture holds the `domains` group's domains besides rl_jsonl files
+    # model.vision: image slots per row (packing puts at most this many images in one row; a sample with more is
+    # dropped and counted)
+    images_per_row: int = num(1, ge=1)
 
 
 @dataclasses.dataclass

@@ -67,7 +67,7 @@ def choice(default: str, *choices: str) -> Any:
 
 def _external() -> dict[type, dict[str, Range]]:
     from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardComponentConfig, RewardConfig
-    from rlpt.models.config import ModelConfig, RopeScaling
+    from rlpt.models.config import ModelConfig, RopeScaling, VisionConfig
 
     pos, nonneg, unit, finite = Range(ge=1), Range(ge=0), Range(ge=0, le=1), Range()
     return {
@@ -78,6 +78,9 @@ def _external() -> dict[type, dict[str, Range]]:
         RopeScaling: {"factor": Range(gt=0), "original_max_position_embeddings": pos, "low_freq_factor": Range(gt=0),
                       "high_freq_factor": Range(gt=0), "beta_fast": Range(gt=0), "beta_slow": Range(gt=0),
                       "mscale": Range(gt=0), "mscale_all_dim": nonneg, "attention_factor": Range(gt=0)},
+        VisionConfig: {"image_size": pos, "patch_size": pos, "num_channels": pos, "hidden_size": pos,
+                       "intermediate_size": pos, "num_layers": pos, "num_heads": pos, "layer_norm_eps": Range(gt=0),
+                       "feature_layer": finite, "image_token_id": nonneg},
         DomainsConfig: {"weights": nonneg, "tiers": nonneg, "eval_size": pos, "eval_offset": nonneg},
         CurriculumConfig: {"tier_weights": nonneg, "stage_steps": nonneg, "window": pos, "band_low": unit,
                            "band_high": unit, "ema": Range(gt=0, le=1), "min_samples": pos, "explore": unit,

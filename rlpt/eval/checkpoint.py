@@ -62,7 +62,13 @@ def load_policy(path: str):
                 from rlpt.train.source import model_config
 
                 model_cfg = model_config(cfg)
-                return Model(model_cfg, params), _tokenizer(path, cfg), f"orbax:{os.path.abspath(directory)}@{step}"
+                if model_cfg.vision is not None:  # model.vision: the run trained a vision-language model
+                    from rlpt.models.vision import VisionLanguageModel, VLMConfig
+
+                    model = VisionLanguageModel(VLMConfig.from_model_config(model_cfg), params)
+                else:
+                    model = Model(model_cfg, params)
+                return model, _tokenizer(path, cfg), f"orbax:{os.path.abspath(directory)}@{step}"
     raise FileNotFoundError(
         f"checkpoint={path}: neither an HF folder (config.json + safetensors), a run folder with an hf/ export "
         f"(train.export_hf=true), nor a run folder with config.yaml and Orbax checkpoints in {list(ORBAX_DIRS)}")

@@ -1,7 +1,7 @@
 """Held-out pass@1 on procedural tasks: greedy generation through the sampler, scored by each domain's verifier."""
 import numpy as np
 
-from rlpt.rollout.format import prompt_ids, response_text
+from rlpt.rollout.format import response_text, task_prompt
 
 
 def heldout_tasks(domains: list[str], tiers: dict[str, list[int]], per_domain: int, offset: int = 0):
@@ -40,11 +40,14 @@ def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 1
     sampler = generate if sampler is None else sampler
     run = sampler if model is None else (lambda *a, **kw: sampler(model, *a, **kw))
 
+    vision = getattr(getattr(model, "config", None), "vision", None)  # a VisionLanguageModel: tasks' images go in
     scores = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
-        out = run([prompt_ids(tok, t.prompt) for t in chunk], max_new_tokens, temperature=0.0,
-                  stop_ids=tuple(tok.eos_ids), **sampler_kwargs)
+        inputs = [task_prompt(tok, t, vision) for t in chunk]
+        images = {} if vision is None else {"images": np.concatenate([px for _, px in inputs])}
+        out = run([ids for ids, _ in inputs], max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids),
+                  **sampler_kwargs, **images)
         toks = np.asarray(out.tokens)
         for t, row, n in zip(chunk, toks, np.asarray(out.lengths)):
             verdict = get_domain(t.domain).verify(t, response_text(tok, row[:int(n)]))

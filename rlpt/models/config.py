@@ -43,6 +43,57 @@ class RopeScaling:
             raise ValueError(f"model.rope_scaling.rope_type={self.rope_type!r}; expected one of {ROPE_TYPES}")
 
 
+SELECT_STRATEGIES = ("full", "default")  # LLaVA's vision_feature_select_strategy: default drops the first token
+
+
+@dataclasses.dataclass(unsafe_hash=True)
+class VisionConfig:
+    """The vision tower (SigLIP vision config names) and how its features enter the decoder (LLaVA names)."""
+
+    image_size: int = 32
+    patch_size: int = 8
+    num_channels: int = 3
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    layer_norm_eps: float = 1e-6
+    # which encoder output feeds the projector: -1 the last layer's (LLaVA's vision_feature_layer; hidden state
+    # k is the output of layer k, 0 the patch embeddings; the post-layernorm is not applied, as in LLaVA)
+    feature_layer: int = -1
+    select_strategy: str = "full"
+    image_token_id: int = 0
+    projector_bias: bool = True
+    train: bool = True  # model.vision.train: False freezes the tower (the projector still trains)
+
+    def __post_init__(self):
+        if self.image_size % self.patch_size:
+            raise ValueError(f"model.vision.image_size={self.image_size} is not a multiple of "
+                             f"model.vision.patch_size={self.patch_size}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"model.vision.hidden_size={self.hidden_size} is not a multiple of "
+                             f"model.vision.num_heads={self.num_heads}")
+        if self.select_strategy not in SELECT_STRATEGIES:
+            raise ValueError(f"model.vision.select_strategy={self.select_strategy!r}; expected one of "
+                             f"{SELECT_STRATEGIES}")
+        if not -self.num_layers - 1 <= self.feature_layer <= self.num_layers:
+            raise ValueError(f"model.vision.feature_layer={self.feature_layer} outside the tower's "
+                             f"{self.num_layers + 1} hidden states")
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def tokens_per_image(self) -> int:
+        """Decoder tokens one image takes (its placeholder expands to this many image tokens)."""
+        return self.num_patches - (self.select_strategy == "default")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
 @dataclasses.dataclass(unsafe_hash=True)
 class ModelConfig:
     """Architecture and numerics of one decoder-only transformer.
@@ -84,10 +135,15 @@ class ModelConfig:
     # (per device). Range declared in rlpt.config.validate._external.
     logits_chunk: int = -1
     scan_layers: bool = True
+    # model.vision: a vision tower and projector beside this decoder (a LLaVA-style VLM, rlpt.models.vision);
+    # None: a text-only model
+    vision: VisionConfig | None = None
 
     def __post_init__(self):
         if isinstance(self.rope_scaling, dict):
             self.rope_scaling = RopeScaling(**self.rope_scaling)
+        if isinstance(self.vision, dict):
+            self.vision = VisionConfig(**self.vision)
         if self.family not in FAMILIES:
             raise ValueError(f"model.family={self.family!r}; expected one of {FAMILIES}")
         for key in ("param_dtype", "compute_dtype", "logits_dtype"):

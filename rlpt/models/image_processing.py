@@ -7,6 +7,7 @@ SiglipImageProcessorPil): RGB (transparency over white), bicubic resize to (size
 import numpy as np
 from PIL import Image
 
+IMAGE_TOKEN = "<image>"  # a prompt's image placeholder; it expands to tokens_per_image image tokens
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.5, 0.5, 0.5)
 

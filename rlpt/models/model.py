@@ -81,9 +81,28 @@ def load_pretrained(folder: str, *, mesh=None, **config_overrides) -> Model:
     return Model(cfg, hf.load_params(folder, cfg, mesh=mesh))
 
 
+def model_from(config, params):
+    """The model object for a config and its parameters: a `Model`, or a `VisionLanguageModel` for a VLMConfig."""
+    from rlpt.models.vision import VisionLanguageModel, VLMConfig
+
+    return VisionLanguageModel(config, params) if isinstance(config, VLMConfig) else Model(config, params)
+
+
 def init_model(cfg: ModelConfig, seed: int = 0, *, mesh=None) -> Model:
-    """A randomly initialised model; with a mesh, parameters are created already sharded."""
+    """A randomly initialised model; with a mesh, parameters are created already sharded. With model.vision set,
+    a `rlpt.models.vision.VisionLanguageModel` (decoder, vision tower and projector)."""
     rng = jax.random.key(seed)
+    if cfg.vision is not None:
+        from rlpt.models.vision import VisionLanguageModel, VLMConfig, init_vlm_params, vlm_param_axes
+
+        vcfg = VLMConfig.from_model_config(cfg)
+        if mesh is None:
+            return VisionLanguageModel(vcfg, init_vlm_params(vcfg, rng))
+        shardings = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), vlm_param_axes(vcfg),
+                                 jax.eval_shape(lambda: init_vlm_params(vcfg, rng)),
+                                 is_leaf=lambda x: isinstance(x, tuple))
+        return VisionLanguageModel(vcfg, jax.jit(init_vlm_params, static_argnums=0, out_shardings=shardings)(vcfg,
+                                                                                                              rng))
     if mesh is None:
         return Model(cfg, init_params(cfg, rng))
     shardings = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), param_axes(cfg),

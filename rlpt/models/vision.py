@@ -20,60 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlpt.models.config import DTYPES, ModelConfig
+from rlpt.models.config import DTYPES, SELECT_STRATEGIES, ModelConfig, VisionConfig  # noqa: F401  (re-exported)
 from rlpt.models.transformer import forward as text_forward
 from rlpt.models.transformer import init_params as text_init_params
 from rlpt.models.transformer import param_axes as text_param_axes
-
-SELECT_STRATEGIES = ("full", "default")  # LLaVA's vision_feature_select_strategy: default drops the first token
-
-
-@dataclasses.dataclass(unsafe_hash=True)
-class VisionConfig:
-    """The vision tower (SigLIP vision config names) and how its features enter the decoder (LLaVA names)."""
-
-    image_size: int = 32
-    patch_size: int = 8
-    num_channels: int = 3
-    hidden_size: int = 64
-    intermediate_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    layer_norm_eps: float = 1e-6
-    # which encoder output feeds the projector: -1 the last layer's (LLaVA's vision_feature_layer; hidden state
-    # k is the output of layer k, 0 the patch embeddings; the post-layernorm is not applied, as in LLaVA)
-    feature_layer: int = -1
-    select_strategy: str = "full"
-    image_token_id: int = 0
-    projector_bias: bool = True
-    train: bool = True  # model.vision.train: False freezes the tower (the projector still trains)
-
-    def __post_init__(self):
-        if self.image_size % self.patch_size:
-            raise ValueError(f"model.vision.image_size={self.image_size} is not a multiple of "
-                             f"model.vision.patch_size={self.patch_size}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"model.vision.hidden_size={self.hidden_size} is not a multiple of "
-                             f"model.vision.num_heads={self.num_heads}")
-        if self.select_strategy not in SELECT_STRATEGIES:
-            raise ValueError(f"model.vision.select_strategy={self.select_strategy!r}; expected one of "
-                             f"{SELECT_STRATEGIES}")
-        if not -self.num_layers - 1 <= self.feature_layer <= self.num_layers:
-            raise ValueError(f"model.vision.feature_layer={self.feature_layer} outside the tower's "
-                             f"{self.num_layers + 1} hidden states")
-
-    @property
-    def num_patches(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def tokens_per_image(self) -> int:
-        """Decoder tokens one image takes (its placeholder expands to this many image tokens)."""
-        return self.num_patches - (self.select_strategy == "default")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
 
 
 @dataclasses.dataclass(unsafe_hash=True)
@@ -82,9 +32,32 @@ class VLMConfig:
     vision: VisionConfig
 
     def __post_init__(self):
+        if self.text.vision is not None:  # the decoder's own config is text-only (model.vision lives here)
+            self.text = dataclasses.replace(self.text, vision=None)
         if not 0 <= self.vision.image_token_id < self.text.vocab_size:
             raise ValueError(f"model.vision.image_token_id={self.vision.image_token_id} is not a token id of the "
                              f"text model's vocabulary ({self.text.vocab_size})")
+
+    @classmethod
+    def from_model_config(cls, cfg: ModelConfig) -> "VLMConfig":
+        """The VLM of a `model` config section with model.vision set."""
+        return cls(dataclasses.replace(cfg, vision=None), cfg.vision)
+
+    def __getattr__(self, name):
+        """The decoder's settings read through (vocab_size, compute_dtype, num_params, ...): code that sizes,
+        names or fingerprints a model's text side reads a VLM's the same way."""
+        if name.startswith("__") or name in ("text", "vision"):
+            raise AttributeError(name)
+        return getattr(self.text, name)
+
+    def num_params(self) -> int:
+        tower = sum(int(np.prod(s)) for s in jax.tree.leaves(vlm_param_shapes(self),
+                                                             is_leaf=lambda x: isinstance(x, tuple)))
+        return self.text.num_params() + tower
+
+    def model_config(self) -> ModelConfig:
+        """This VLM as one `model` config section (the decoder's with model.vision set)."""
+        return dataclasses.replace(self.text, vision=self.vision)
 
 
 def vision_param_axes(vc: VisionConfig) -> dict:
@@ -216,6 +189,26 @@ def merge_embeddings(params, cfg: VLMConfig, tokens, features, valid=None):
     return merged.reshape(embeds.shape)
 
 
+def row_embeddings(params, cfg: VLMConfig, tokens, pixel_values, num_images, valid=None):
+    """The decoder's input embeddings (B, T, D) for training rows (B, T) that carry their own images:
+    pixel_values (B, K, C, H, W) holds row b's images in reading order in its first num_images[b] slots (the
+    rest is padding, never read). Row b's first num_images[b] x tokens_per_image image tokens (where `valid`,
+    e.g. segment_ids > 0) take those images' features in order; a later image-token id (a sampled token in a
+    response) stays a text token, as the sampler embedded it."""
+    B, K = pixel_values.shape[:2]
+    per = cfg.vision.tokens_per_image
+    feats = image_features(params, cfg, pixel_values.reshape(B * K, *pixel_values.shape[2:]))
+    feats = feats.reshape(B, K * per, feats.shape[-1])
+    embeds = jnp.take(params["text"]["embed"], tokens, axis=0).astype(feats.dtype)
+    is_image = tokens == cfg.vision.image_token_id
+    if valid is not None:
+        is_image = is_image & valid
+    index = jnp.cumsum(is_image, axis=1) - 1
+    is_image = is_image & (index < (num_images * per)[:, None])
+    picked = jnp.take_along_axis(feats, jnp.clip(index, 0, K * per - 1)[..., None], axis=1)
+    return jnp.where(is_image[..., None], picked, embeds)
+
+
 def check_image_tokens(cfg: VLMConfig, tokens, num_images: int, sample_ids=None) -> None:
     """Raise naming the row unless the batch's image tokens (rows: a (B, T) array or ragged lists) are exactly
     num_images x tokens_per_image."""
@@ -255,6 +248,9 @@ class VisionLanguageModel:
     @property
     def param_axes(self) -> dict:
         return vlm_param_axes(self.config)
+
+    def with_params(self, params) -> "VisionLanguageModel":
+        return dataclasses.replace(self, params=params)
 
     def check_image_tokens(self, tokens, num_images: int, sample_ids=None) -> None:
         check_image_tokens(self.config, tokens, num_images, sample_ids)

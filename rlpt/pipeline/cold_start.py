@@ -47,7 +47,7 @@ def run(cfg: Config, tok, mixture, *, max_new_tokens: int) -> dict:
     dev = dev_tasks(names, tiers, cfg.rl.sft_dev_per_domain) if cfg.rl.sft_target_pass > 0 else []
     trainer = make_trainer(cfg, sft_loss)
     data = HostData(cfg.data, tok, cfg.train.seed, grad_accum=cfg.optim.grad_accum, domains=mixture,
-                    total_steps=cfg.train.steps)
+                    total_steps=cfg.train.steps, vision=trainer.model_cfg.vision)
     meta = maybe_resume(trainer) or {}
     if meta.get("data") is not None:
         data.set_state(meta["data"])

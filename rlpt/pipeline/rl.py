@@ -50,7 +50,7 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
     from rlpt.algos import dynamic_sampling_keep, get_advantage, soft_overlong_penalty
 
     algo = cfg.rl.algo
-    rows = to_rows(traj, row_len)
+    rows = to_rows(traj, row_len, cfg.data.images_per_row)
     rewards = jnp.asarray(traj.rewards)
     if algo.overlong_buffer > 0:
         rewards = rewards + soft_overlong_penalty(jnp.asarray(traj.lengths), cfg.rl.rollout.max_new_tokens,
@@ -120,7 +120,8 @@ def recompute_old_logp(trainer, batch: dict, group: int | None = None) -> dict:
     policy) is left to rl.algo.correction_level. Runs in the step's micro-batches (optim.grad_accum);
     group: the shared-prefix group size (rl.algo.share_prefix), None for full rows.
     """
-    keys = ("inputs", "targets", "positions", "segment_ids") + (("window",) if "window" in batch else ())
+    keys = ("inputs", "targets", "positions", "segment_ids") + tuple(
+        k for k in ("window", "pixel_values", "num_images") if k in batch)
     rows = microbatch({k: np.asarray(batch[k]) for k in keys}, trainer.cfg.optim.grad_accum)
     with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
         logp = _trainer_logp(trainer.model_cfg, trainer.model().params, shard_batch(rows, trainer.mesh), group)

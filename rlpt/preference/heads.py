@@ -19,6 +19,7 @@ from rlpt.parallel import axis_rules
 from rlpt.train.checkpoint import Checkpointer, fingerprint
 from rlpt.train.loop import Trainer, setup_mesh, state_shardings
 from rlpt.train.optim import make_optimizer, make_schedule
+from rlpt.train.preflight import model_fields
 from rlpt.train.state import create_state
 from rlpt.train.step import build_train_step
 
@@ -93,7 +94,7 @@ def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *,
                                compute_dtype=model.config.compute_dtype)
     ckpt = None
     if cfg.train.ckpt_every > 0:
-        fp = fingerprint(dataclasses.asdict(model.config), dataclasses.asdict(cfg.optim),
+        fp = fingerprint(model_fields(model.config), dataclasses.asdict(cfg.optim),
                          {"head": "scalar"} | ({"head_lr": head_lr} if head_lr else {}))
         ckpt = Checkpointer(os.path.join(cfg.train.out_dir, subdir), every=cfg.train.ckpt_every,
                             keep=cfg.train.keep, fingerprint=fp, seed=cfg.train.seed,

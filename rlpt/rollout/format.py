@@ -1,6 +1,8 @@
 """How a task becomes policy input and an answer becomes a completion: one place for SFT, RL and eval."""
 import weakref
 
+import numpy as np
+
 # Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
 # prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
 _SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -24,14 +26,69 @@ def _split(tok):
     return _SPLITS[tok]
 
 
-def prompt_ids(tok, prompt) -> list[int]:
-    """Token ids of a task prompt (text or chat messages) rendered as a user turn awaiting the assistant."""
+def prompt_ids(tok, prompt, vision=None) -> list[int]:
+    """Token ids of a task prompt (text or chat messages) rendered as a user turn awaiting the assistant.
+
+    vision: the policy's `rlpt.models.config.VisionConfig`; each IMAGE_TOKEN ("<image>") marker in the prompt then
+    becomes tokens_per_image image tokens (model.vision.image_token_id), where the images' features go. A
+    tokenizer that renders the marker itself (an HF VLM's added "<image>" token) has each such token expanded; the
+    built-in character tokenizer has the text around the markers encoded and the image tokens put in between.
+    """
+    if vision is not None:
+        return _with_images(tok, prompt, vision)
     if isinstance(prompt, str):
         split = _split(tok)
         if split is not None:
             return split[0] + tok.encode(prompt) + split[1]
         return _render(tok, [{"role": "user", "content": prompt}])
     return _render(tok, list(prompt))
+
+
+def _with_images(tok, prompt, vision) -> list[int]:
+    from rlpt.models.image_processing import IMAGE_TOKEN
+
+    image = [vision.image_token_id] * vision.tokens_per_image
+    split = _split(tok) if isinstance(prompt, str) else None
+    if split is not None:
+        ids = list(split[0])
+        for i, piece in enumerate(prompt.split(IMAGE_TOKEN)):
+            ids += (image if i else []) + tok.encode(piece)
+        return ids + split[1]
+    marker = tok.backend.token_to_id(IMAGE_TOKEN)
+    rendered = prompt_ids(tok, prompt)
+    text = prompt if isinstance(prompt, str) else " ".join(str(m.get("content", "")) for m in prompt)
+    if marker is None:
+        if IMAGE_TOKEN in text:
+            raise ValueError(f"tokenizer {tok.source} has no {IMAGE_TOKEN!r} token, so the prompt's image "
+                             "placeholders cannot be found after tokenization; add it as a special token")
+        return rendered
+    out = []
+    for t in rendered:
+        out += image if t == marker else [t]
+    return out
+
+
+def task_images(task, vision) -> np.ndarray:
+    """pixel_values (N, C, S, S) of a task's meta['images'] (N may be 0) for the vision tower; a corrupt or
+    unsupported image raises a ValueError naming the task id."""
+    from rlpt.models.image_processing import preprocess
+
+    images = list(task.meta.get("images") or [])
+    return preprocess(images, vision.image_size, sample_ids=[task.id] * len(images))
+
+
+def task_prompt(tok, task, vision=None) -> tuple[list[int], np.ndarray | None]:
+    """(prompt ids, pixel_values or None) of a task for a policy with `vision` (None: text only): the one place
+    SFT data, rollouts and evaluation turn an image task into model inputs."""
+    if vision is None:
+        return prompt_ids(tok, task.prompt), None
+    pixels = task_images(task, vision)
+    ids = prompt_ids(tok, task.prompt, vision)
+    n = sum(1 for t in ids if t == vision.image_token_id)
+    if n != len(pixels) * vision.tokens_per_image:
+        raise ValueError(f"task {task.id}: {n} image tokens in the prompt for {len(pixels)} images x "
+                         f"{vision.tokens_per_image} tokens per image")
+    return ids, pixels
 
 
 def completion_ids(tok, text: str) -> list[int]:

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from rlpt.rollout.format import prompt_ids, response_text
+from rlpt.rollout.format import response_text, task_prompt
 from rlpt.train.packing import fit_width
 
 
@@ -47,6 +47,7 @@ class Trajectories:
     reward_texts: list[str] | None = None
     components: list[dict[str, float]] | None = None
     prefix_stats: dict | None = None  # rl.rollout.prefix_cache_min_tokens: PrefixCache.stats() of the step
+    images: list | None = None  # a vision-language policy: per row its prompt's pixel_values (n, C, H, W)
 
 
 def concat_trajectories(parts: list, tasks: list) -> Trajectories:
@@ -114,13 +115,19 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     the first row (a process's share of a step: rows draw as in one process, `rlpt.sampling.generate`)."""
     from rlpt.sampling import generate
 
-    prompts = []
+    vision = getattr(model.config, "vision", None)  # a VisionLanguageModel's: image tasks carry their pixels
+    prompts, pixels = [], []
     for t in tasks:
-        ids = prompt_ids(tok, t.prompt)
+        ids, px = task_prompt(tok, t, vision)
         if len(ids) > rcfg.max_prompt_len:
             raise ValueError(f"task {t.id}: prompt of {len(ids)} tokens exceeds rl.rollout.max_prompt_len="
                              f"{rcfg.max_prompt_len}")
         prompts.append(ids)
+        pixels.append(px)
+    images = None if vision is None else np.concatenate(pixels)
+    if images is not None and rcfg.refill:
+        raise ValueError("rl.rollout.refill=true does not combine with model.vision (slot refill prefills rows "
+                         "without their images); set rl.rollout.refill=false")
     t0 = time.time()
     sampling = dict(n=rcfg.group_size, temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p,
                     stop_ids=tuple(tok.eos_ids), seed=seed, row_offset=row_offset)
@@ -133,7 +140,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
         out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling, **quant)
     else:
         out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, prefix_cache=prefix, **sampling,
-                       **quant)
+                       **quant, **({} if images is None else {"images": images}))
     response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     gen_s = time.time() - t0
     t0 = time.time()
@@ -145,12 +152,15 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
                         passed=passed, group_ids=np.repeat(np.arange(len(tasks)), G),
                         truncated=np.array([f != "stop" for f in out.finish_reason]), version=version,
                         gen_s=gen_s, verify_s=time.time() - t0, texts=texts, verdicts=verdicts, reward_texts=own,
-                        components=components, prefix_stats=prefix.stats() if prefix is not None else None)
+                        components=components, prefix_stats=prefix.stats() if prefix is not None else None,
+                        images=None if vision is None else [px for px in pixels for _ in range(G)])
 
 
-def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
+def to_rows(traj: Trajectories, row_len: int, images_per_row: int = 1) -> dict[str, np.ndarray]:
     """Train rows (R, W): prompt + response, loss mask on the response tokens the policy produced
     (with a policy_mask, tool tokens inside the response get loss mask 0 and rollout log-prob 0).
+    A vision-language policy's rows (traj.images) also carry pixel_values (R, images_per_row, C, H, W) and
+    num_images (R,) (`rlpt.train.losses.decoder_inputs`).
 
     row_len is the most a row may hold; W = `fit_width` of the batch's longest row (a power of two, at most
     row_len), so short rollouts do not pay for padding up to the configured maximum.
@@ -177,6 +187,19 @@ def to_rows(traj: Trajectories, row_len: int) -> dict[str, np.ndarray]:
         own = 1.0 if traj.policy_mask is None else traj.policy_mask[r, :n]
         out["loss_mask"][r, start:start + n] = own
         out["rollout_logp"][r, start:start + n] = traj.rollout_logp[r, :n] * own
+    if traj.images is not None:
+        shape = next((px.shape[1:] for px in traj.images if len(px)), None)
+        out["num_images"] = np.asarray([len(px) for px in traj.images], np.int32)
+        if shape is not None and int(out["num_images"].max()) > images_per_row:
+            r = int(np.argmax(out["num_images"]))
+            raise ValueError(f"row {r} (task {traj.tasks[r * len(traj.tasks) // R].id}): {out['num_images'][r]} "
+                             f"images exceed data.images_per_row={images_per_row}")
+        if shape is not None:
+            out["pixel_values"] = np.zeros((R, images_per_row, *shape), np.float32)
+            for r, px in enumerate(traj.images):
+                out["pixel_values"][r, :len(px)] = px
+        else:
+            del out["num_images"]
     return out
 
 

@@ -3,6 +3,7 @@ deterministic iterator whose whole position is a small JSON-able dict (saved in 
 import dataclasses
 import functools
 import json
+import logging
 import os
 import random
 
@@ -11,7 +12,7 @@ import numpy as np
 
 from rlpt.config.schema import DataConfig, SourceConfig
 from rlpt.parallel.distributed import HostLocal, gather_objects
-from rlpt.rollout.format import completion_ids, prompt_ids
+from rlpt.rollout.format import completion_ids, prompt_ids, task_prompt
 from rlpt.train.packing import first_fit_decreasing, pack_rows, shift_example
 
 
@@ -80,11 +81,26 @@ class TaskSource:
     easy_to_hard: bool
     horizon: int
     noise: float = 0.0
+    vision: object = None  # the policy's VisionConfig (model.vision): image tasks carry their pixels
+    bad_images: int = 0  # tasks dropped for a corrupt or unsupported image
 
     def example(self, j: int):
+        """(ids, completion mask, tier, pixel_values (n, C, H, W) or None) of example j of the stream. A task whose
+        image is corrupt or unsupported is dropped (logged and counted in bad_images) and the next draw taken."""
+        for attempt in range(100):
+            try:
+                return self._example(j, attempt)
+            except ValueError as e:
+                if self.vision is None:
+                    raise
+                self.bad_images += 1
+                logging.getLogger(__name__).warning("SFT example %d dropped: %s", j, e)
+        raise DataError(f"100 draws in a row for SFT example {j} had corrupt or unsupported images")
+
+    def _example(self, j: int, attempt: int):
         from rlpt.tasks import get_domain
 
-        r = _rng(self.seed, 7, j)
+        r = _rng(self.seed, 7, j) if attempt == 0 else _rng(self.seed, 7, j, attempt)
         name = r.choices(self.domains, weights=self.weights)[0]
         tiers = self.tiers[name]
         if self.easy_to_hard:
@@ -97,16 +113,17 @@ class TaskSource:
         answer = task.meta["answer"]
         if self.noise > 0 and r.random() < self.noise:
             answer = dom.generate(r.randrange(1 << 29), tier).meta["answer"]  # a noisy teacher
-        p, c = prompt_ids(self.tok, task.prompt), completion_ids(self.tok, answer)
-        return p + c, [0] * len(p) + [1] * len(c), tier
+        p, pixels = task_prompt(self.tok, task, self.vision)
+        c = completion_ids(self.tok, answer)
+        return p + c, [0] * len(p) + [1] * len(c), tier, pixels
 
 
 class SFTData:
     """Deterministic batches of packed rows. state = {"cursor", "counters", "deferred", "dropped", ...}."""
 
     def __init__(self, cfg: DataConfig, tok, seed: int, *, domains=None, total_steps: int = 1, shard: int = 0,
-                 num_shards: int = 1):
-        self.cfg, self.tok, self.seed = cfg, tok, seed
+                 num_shards: int = 1, vision=None):
+        self.cfg, self.tok, self.seed, self.vision = cfg, tok, seed, vision
         # shard k of S: rows batch_size / S per batch, from examples k, k + S, k + 2S, ... of each source and
         # source picks k, k + S, ... of the stream (S = 1: the whole stream)
         self.shard, self.num_shards = shard, num_shards
@@ -139,7 +156,8 @@ class SFTData:
 
                 require_answers(names)  # RL prompt files in the mixture: every train row needs a gold answer
                 self.sources[name] = TaskSource(tok, names, np.asarray(weights) / np.sum(weights), tiers, seed,
-                                                cfg.easy_to_hard, total_steps * cfg.batch_size * 4, cfg.noise)
+                                                cfg.easy_to_hard, total_steps * cfg.batch_size * 4, cfg.noise,
+                                                vision)
             else:
                 raise ValueError(f"data.sources.{name}.kind={src.kind!r}; expected 'jsonl', 'tasks' or 'rl_jsonl'")
         self.state = {"cursor": 0, "counters": {n: 0 for n in self.names}, "deferred": [],
@@ -149,6 +167,7 @@ class SFTData:
             raise ValueError(f"data.length_stages={cfg.length_stages!r}: expected ascending [from_step, seq_len] pairs")
         self.stages = stages
         self._cache: dict = {}
+        self._pixels: dict = {}  # stream key -> the example's pixel_values (model.vision)
         self._check_usable()
 
     def _check_usable(self, probe: int = 64) -> None:
@@ -198,14 +217,14 @@ class SFTData:
         pool = replay if replay and r.random() < self.cfg.replay_share else main
         return r.choices(pool, weights=[self.cfg.sources[n].weight for n in pool])[0]
 
-    def _example(self, name: str, j: int):
+    def _example(self, name: str, j: int, with_pixels: bool = False):
         src = self.sources[name]
         if isinstance(src, TaskSource):
-            ids, mask, _ = src.example(j)
-            return ids, mask
+            ids, mask, _, pixels = src.example(j)
+            return (ids, mask, pixels) if with_pixels else (ids, mask)
         epoch, k = divmod(j, len(src))
         ids, mask, _ = src[int(self._order(name, epoch)[k])]
-        return ids, mask
+        return (ids, mask, None) if with_pixels else (ids, mask)
 
     @functools.lru_cache(maxsize=8)  # noqa: B019  (one permutation per source and epoch)
     def _order(self, name: str, epoch: int) -> np.ndarray:
@@ -218,7 +237,9 @@ class SFTData:
         """The shifted example for a stream key, from the window cache when it was drawn before."""
         if key not in self._cache:
             name, j = key
-            self._cache[key] = shift_example(*self._example(name, j * self.num_shards + self.shard))
+            ids, mask, pixels = self._example(name, j * self.num_shards + self.shard, with_pixels=True)
+            self._cache[key] = shift_example(ids, mask)
+            self._pixels[key] = pixels
         return self._cache[key]
 
     def next_batch(self) -> tuple[dict[str, np.ndarray], dict[str, float]]:
@@ -238,7 +259,15 @@ class SFTData:
             examples.append(self._shifted(window[-1]))
             total += len(examples[-1][0])
         keep, over = [], 0
+        pixels = [self._pixels.get(w) for w in window] if self.vision is not None else None
+        counts = [0 if p is None else len(p) for p in pixels] if pixels is not None else None
         for idx, (inp, tgt, msk) in enumerate(examples):
+            if counts is not None and counts[idx] > cfg.images_per_row:
+                st["too_many_images"] = st.get("too_many_images", 0) + 1
+                continue
+            if len(inp) > row_len and counts is not None and counts[idx]:
+                st["dropped"] += 1  # truncating could cut an image's tokens apart from its pixels: dropped
+                continue
             if len(inp) > row_len:
                 over += 1
                 if cfg.overlong == "drop":
@@ -251,15 +280,23 @@ class SFTData:
         else:
             st["truncated"] += over
         if cfg.packing:
-            rows, unplaced = first_fit_decreasing([len(examples[i][0]) for i in keep], rows_n, row_len)
+            rows, unplaced = first_fit_decreasing([len(examples[i][0]) for i in keep], rows_n, row_len,
+                                                  counts=None if counts is None else [counts[i] for i in keep],
+                                                  max_count=cfg.images_per_row)
             rows = [[keep[i] for i in r] for r in rows]
             st["deferred"] = [list(window[keep[i]]) for i in unplaced]
         else:
             rows = [[i] for i in keep[:rows_n]] + [[] for _ in range(rows_n - len(keep[:rows_n]))]
             st["deferred"] = [list(window[i]) for i in keep[rows_n:]]
-        batch = pack_rows(examples, rows, row_len, pad_id=0)
+        if pixels is None:
+            batch = pack_rows(examples, rows, row_len, pad_id=0)
+        else:
+            v = self.vision
+            batch = pack_rows(examples, rows, row_len, pad_id=0, images=pixels, slots=cfg.images_per_row,
+                              image_shape=(v.num_channels, v.image_size, v.image_size))
         deferred = {tuple(w) for w in st["deferred"]}
         self._cache = {k: v for k, v in self._cache.items() if k in deferred}
+        self._pixels = {k: v for k, v in self._pixels.items() if k in deferred}
         metrics = {"data/examples": float(sum(len(r) for r in rows)), "data/overlong": float(over),
                    "data/seq_len": float(row_len),
                    "data/fill": float((batch["segment_ids"] > 0).mean())}
@@ -284,7 +321,8 @@ class HostData:
     any process count that divides it (the state holds every stream's). data.shards=0: one stream per process.
     """
 
-    def __init__(self, cfg: DataConfig, tok, seed: int, *, grad_accum: int = 1, domains=None, total_steps: int = 1):
+    def __init__(self, cfg: DataConfig, tok, seed: int, *, grad_accum: int = 1, domains=None, total_steps: int = 1,
+                 vision=None):
         count, me = jax.process_count(), jax.process_index()
         self.num_shards = cfg.shards or count
         if self.num_shards % count:
@@ -296,7 +334,7 @@ class HostData:
         self.owned = list(range(me * per, (me + 1) * per))
         self.grad_accum = grad_accum
         self.streams = {k: SFTData(cfg, tok, seed, domains=domains, total_steps=total_steps, shard=k,
-                                   num_shards=self.num_shards) for k in self.owned}
+                                   num_shards=self.num_shards, vision=vision) for k in self.owned}
 
     def next_batch(self) -> tuple[HostLocal, dict[str, float]]:
         """This process's rows of the next global batch (host-local) and the whole batch's data metrics."""

@@ -13,6 +13,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from rlpt.config.schema import Config
 from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig
+from rlpt.models.model import model_from
 from rlpt.models.transformer import merged_params, param_axes
 from rlpt.parallel import (
     HostGlobal,
@@ -57,7 +58,8 @@ def shard_batch(batch: dict, mesh, host_local: bool = False) -> dict:
     count = jax.process_count()
     for k, v in batch.items():
         v = np.asarray(v)
-        names = (None, "batch", "act_seq")[: v.ndim]
+        # (A, b, T) token arrays shard their columns over seq; images (A, b, K, C, H, W) only their rows
+        names = (None, "batch", "act_seq")[: v.ndim] if v.ndim <= 3 else (None, "batch") + (None,) * (v.ndim - 2)
         if host_local and count > 1:
             shape = (v.shape[0], v.shape[1] * count, *v.shape[2:])
             sharding = NamedSharding(mesh, logical_spec(names, shape, mesh))
@@ -104,8 +106,8 @@ class Trainer:
         """The current policy as a Model: plain parameters, LoRA adapters merged into the base weights (one merge
         per call; the train step itself applies them in the forward pass, `lora_params`)."""
         if self.params_fn is None:
-            return Model(self.model_cfg, self.state.params)
-        return Model(self.model_cfg, merged_params(self.params_fn(self.state.params, self.state.frozen)))
+            return model_from(self.model_cfg, self.state.params)
+        return model_from(self.model_cfg, merged_params(self.params_fn(self.state.params, self.state.frozen)))
 
     def device_batch(self, host_batch: dict, host_local: bool = False) -> dict:
         """A host batch (B, ...) as the step takes it: columns in data.cp_layout on a sequence-sharded mesh,
@@ -115,6 +117,9 @@ class Trainer:
         shared-prefix and window streams and lays out each itself (`rlpt.train.losses.rl_loss`'s layout)."""
         n_seq = self.mesh.shape["seq"]
         streams_in_loss = self.cfg.rl.algo.share_prefix and "window" in host_batch
+        if n_seq > 1 and "pixel_values" in host_batch:
+            raise ValueError(f"mesh.seq={n_seq}: rows with images (model.vision) are not sequence-sharded; set "
+                             "mesh.seq=1")
         if n_seq > 1 and self.cfg.data.cp_layout != "contiguous" and not streams_in_loss:
             host_batch = apply_layout_batch(host_batch, self.cfg.data.cp_layout, n_seq, index_keys=("window",))
         return shard_batch(microbatch(host_batch, self.cfg.optim.grad_accum), self.mesh, host_local)
@@ -155,6 +160,9 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
             model = init.placed(mesh)  # also across meshes and processes
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
+        if cfg.lora.rank > 0 and cfg.model.vision is not None:
+            raise ValueError("lora.rank > 0 does not combine with model.vision: LoRA adapters target the text "
+                             "model's parameters only; set lora.rank=0 to train the vision-language model fully")
         if cfg.lora.rank > 0:
             shapes = jax.eval_shape(lambda p: init_lora(p, cfg.lora, jax.random.key(0)), model.params)
             placed = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), lora_axes(cfg.lora), shapes,

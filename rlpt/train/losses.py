@@ -4,13 +4,29 @@ import jax.numpy as jnp
 
 from rlpt.kernels.layouts import layout_permutation, layout_positions
 from rlpt.models.transformer import forward, hidden_states, hidden_states_shared_prefix
+from rlpt.models.vision import VLMConfig, row_embeddings
 from rlpt.train.logprobs import head_logprobs
 
 
+def decoder_inputs(params, model_cfg, batch):
+    """(decoder params, decoder config, input embeddings or None) for a batch: a text model's own; for a
+    vision-language model (`rlpt.models.vision.VLMConfig`), its decoder's, with the rows' images
+    (batch pixel_values (B, K, C, H, W), num_images (B,)) spliced in at their image tokens."""
+    if not isinstance(model_cfg, VLMConfig):
+        return params, model_cfg, None
+    if "pixel_values" not in batch:
+        return params["text"], model_cfg.text, None
+    embeds = row_embeddings(params, model_cfg, batch["inputs"], batch["pixel_values"], batch["num_images"],
+                            batch["segment_ids"] > 0)
+    return params["text"], model_cfg.text, embeds
+
+
 def token_logprobs(params, model_cfg, batch):
-    """log p(target) per position (B, T) f32 for batch inputs/targets/positions/segment_ids; the LM head is
-    chunked per model.logits_chunk (`head_logprobs`)."""
-    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    """log p(target) per position (B, T) f32 for batch inputs/targets/positions/segment_ids (and images, for a
+    vision-language model: `decoder_inputs`); the LM head is chunked per model.logits_chunk (`head_logprobs`)."""
+    params, model_cfg, embeds = decoder_inputs(params, model_cfg, batch)
+    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"],
+                              embeds=embeds)
     return head_logprobs(params, model_cfg, hidden, batch["targets"])[0]
 
 
@@ -83,8 +99,13 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, l
     The LM head is chunked per model.logits_chunk (`rlpt.train.logprobs.head_logprobs`).
     """
     if group is not None:
+        if isinstance(model_cfg, VLMConfig):
+            raise ValueError("rl.algo.share_prefix does not combine with model.vision (the shared prompt columns "
+                             "hold each group's images); set rl.algo.share_prefix=false")
         return _shared_prefix_logprobs_entropy(params, model_cfg, batch, group, layout)
-    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"])
+    params, model_cfg, embeds = decoder_inputs(params, model_cfg, batch)
+    hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"],
+                              embeds=embeds)
     if "window" in batch:
         hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
     return head_logprobs(params, model_cfg, hidden, in_window(batch, batch["targets"]), entropy=True)

@@ -23,7 +23,18 @@ _VALUE_FLAGS = {"-cn": "name", "--config-name": "name"}
 
 def run_fingerprint(model_cfg, cfg) -> str:
     """The fingerprint make_trainer gives the checkpoints of a run (shapes of the saved state)."""
-    return fingerprint(dataclasses.asdict(model_cfg), dataclasses.asdict(cfg.optim), dataclasses.asdict(cfg.lora))
+    return fingerprint(model_fields(model_cfg), dataclasses.asdict(cfg.optim), dataclasses.asdict(cfg.lora))
+
+
+def model_fields(model_cfg) -> dict:
+    """A model config as the dict checkpoint fingerprints hash: a VLMConfig as its `model` section (model.vision
+    set); a text model without the vision key, so its checkpoints keep the fingerprint they had before it."""
+    if hasattr(model_cfg, "model_config"):
+        model_cfg = model_cfg.model_config()
+    out = dataclasses.asdict(model_cfg)
+    if out.get("vision", 0) is None:
+        del out["vision"]
+    return out
 
 
 def _sft_model_config(cfg):

@@ -60,7 +60,7 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     os.makedirs(cfg.train.out_dir, exist_ok=True)
     trainer = make_trainer(cfg, sft_loss)
     data = HostData(cfg.data, tok, cfg.train.seed, grad_accum=cfg.optim.grad_accum, domains=mixture,
-                    total_steps=cfg.train.steps)
+                    total_steps=cfg.train.steps, vision=trainer.model_cfg.vision)
     meta = maybe_resume(trainer)
     if meta is not None:
         data.set_state(meta["data"])

@@ -13,11 +13,10 @@ import json
 import numpy as np
 from PIL import Image, ImageDraw
 
-from rlpt.models.image_processing import PIL_MODES, to_rgb_array  # noqa: F401  (PIL_MODES: re-exported)
+from rlpt.models.image_processing import IMAGE_TOKEN, PIL_MODES, to_rgb_array  # noqa: F401  (re-exported)
 from rlpt.tasks.native.common import domain
 
 IMAGE_SIZE = 32
-IMAGE_TOKEN = "<image>"
 TIERS = (1, 2, 3)
 BACKGROUND = (255, 255, 255)
 AXIS = (0, 0, 0)
