@@ -1,7 +1,7 @@
 """Held-out pass@1 on procedural tasks: greedy generation through the sampler, scored by each domain's verifier."""
 import numpy as np
 
-from rlpt.rollout.format import response_text, task_prompt
+from rlpt.rollout.format import response_text, task_prompt_or_blank
 
 
 def heldout_tasks(domains: list[str], tiers: dict[str, list[int]], per_domain: int, offset: int = 0):
@@ -44,14 +44,14 @@ def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 1
     scores = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
-        inputs = [task_prompt(tok, t, vision) for t in chunk]
-        images = {} if vision is None else {"images": np.concatenate([px for _, px in inputs])}
-        out = run([ids for ids, _ in inputs], max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids),
+        inputs = [task_prompt_or_blank(tok, t, vision) for t in chunk]  # a corrupt image: logged, scored 0
+        images = {} if vision is None else {"images": np.concatenate([px for _, px, _ in inputs])}
+        out = run([ids for ids, _, _ in inputs], max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids),
                   **sampler_kwargs, **images)
         toks = np.asarray(out.tokens)
-        for t, row, n in zip(chunk, toks, np.asarray(out.lengths)):
+        for t, row, n, (_, _, ok) in zip(chunk, toks, np.asarray(out.lengths), inputs):
             verdict = get_domain(t.domain).verify(t, response_text(tok, row[:int(n)]))
-            scores.append((t.domain, float(verdict.passed)))
+            scores.append((t.domain, float(verdict.passed and ok)))
     per = {}
     for d, s in scores:
         per.setdefault(d, []).append(s)

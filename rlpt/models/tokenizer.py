@@ -290,9 +290,11 @@ BUILTIN_SPECIALS = (
     "<|tool|>",
 )
 BUILTIN_CHARS = ("\t", "\n", *(chr(c) for c in range(32, 127)))
-# Turns are `<|role|>content<|end|>`; tools go into the system turn as JSON lines; assistant tool calls are
-# `<tool_call>{"name": ..., "arguments": ...}</tool_call>` in plain characters. Assistant output sits in a
-# {% generation %} block so transformers' return_assistant_tokens_mask (and TRL) work on an exported model.
+# Turns are `<|role|>content<|end|>`; a content list (transformers' multimodal format) renders its
+# {"type": "image"} parts as the <image> placeholder and its text parts as text; tools go into the system turn
+# as JSON lines; assistant tool calls are `<tool_call>{"name": ..., "arguments": ...}</tool_call>` in plain
+# characters. Assistant output sits in a {% generation %} block so transformers' return_assistant_tokens_mask
+# (and TRL) work on an exported model.
 BUILTIN_CHAT_TEMPLATE = """{{- bos_token -}}
 {%- if messages and messages[0].role == 'system' -%}
     {%- set system = messages[0].content -%}
@@ -324,8 +326,13 @@ BUILTIN_CHAT_TEMPLATE = """{{- bos_token -}}
         {%- endfor -%}
         {{- '<|end|>' -}}
         {%- endgeneration -%}
-    {%- else -%}
+    {%- elif message.content is string -%}
         {{- message.content -}}{{- '<|end|>' -}}
+    {%- else -%}
+        {%- for part in message.content -%}
+            {%- if part.type == 'image' -%}{{- '<image>' -}}{%- else -%}{{- part.text -}}{%- endif -%}
+        {%- endfor -%}
+        {{- '<|end|>' -}}
     {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}"""

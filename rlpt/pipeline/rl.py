@@ -56,6 +56,8 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
         rewards = rewards + soft_overlong_penalty(jnp.asarray(traj.lengths), cfg.rl.rollout.max_new_tokens,
                                                   algo.overlong_buffer, penalty_factor=algo.overlong_penalty)
     mask = jnp.asarray(rows["loss_mask"])
+    if traj.dropped is not None:  # rows whose task had a corrupt image (model.vision): sampled, never trained on
+        mask = mask * (1.0 - jnp.asarray(traj.dropped, jnp.float32))[:, None]
     if algo.overlong_filter:
         mask = mask * (1.0 - jnp.asarray(traj.truncated, jnp.float32))[:, None]
     num_groups = int(traj.group_ids.max()) + 1
@@ -74,7 +76,8 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
         rows["window"] = response_window(traj, rows["inputs"].shape[1])
         if algo.share_prefix:
             check_shared_prefix(rows, cfg.rl.rollout.group_size)
-    return rows, {"rollout/kept_fraction": kept}
+    extra = {} if traj.dropped is None else {"rollout/dropped_images": float(np.sum(traj.dropped))}
+    return rows, {"rollout/kept_fraction": kept} | extra
 
 
 def shared_prefix_group(cfg: Config) -> int | None:

@@ -36,13 +36,16 @@ def warm_start(cfg: Config):
 
 def sequence_logps(params, model_cfg, batch: dict, prefix: str) -> jax.Array:
     """Summed response log-probs (B,) of the rows batch[prefix + inputs/targets/positions/segment_ids/mask]."""
-    rows = {k: batch[prefix + k] for k in ("inputs", "targets", "positions", "segment_ids")}
+    keys = ("inputs", "targets", "positions", "segment_ids") + tuple(
+        k for k in ("pixel_values", "num_images") if prefix + k in batch)  # a vision-language policy's images
+    rows = {k: batch[prefix + k] for k in keys}
     return jnp.sum(token_logprobs(params, model_cfg, rows) * batch[prefix + "mask"], axis=-1)
 
 
 def joint_logps(params, model_cfg, batch: dict, prefixes: tuple[str, ...]) -> list[jax.Array]:
     """sequence_logps for several row groups in one forward pass (rows concatenated along the batch)."""
-    keys = ("inputs", "targets", "positions", "segment_ids", "mask")
+    keys = ("inputs", "targets", "positions", "segment_ids", "mask") + tuple(
+        k for k in ("pixel_values", "num_images") if prefixes[0] + k in batch)
     cat = {k: jnp.concatenate([batch[p + k] for p in prefixes], axis=0) for k in keys}
     sums = sequence_logps(params, model_cfg, cat, "")
     return jnp.split(sums, len(prefixes))

@@ -22,6 +22,8 @@ class PrefPair:
     chosen: tuple[int, ...]
     rejected: tuple[int, ...]
     task_id: str = ""
+    # a vision-language policy's image task: the prompt's pixel_values (n, C, H, W), shared by both responses
+    images: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def _chat_pair(tok, prompt_msgs, chosen_msg, rejected_msg, where: str) -> PrefPair:
@@ -142,6 +144,7 @@ def pair_arrays(pairs: list[PrefPair], row_len: int, *, kl_rows: bool = False) -
     row_len = fit_width(longest_pair(pairs), row_len)
     out = _rows([(p.prompt, p.chosen) for p in pairs], row_len, "c_")
     out |= _rows([(p.prompt, p.rejected) for p in pairs], row_len, "r_")
+    prefixes = ["c_", "r_"]
     if kl_rows:
         n = len(pairs)
         for key, prefix in (("chosen", "kc_"), ("rejected", "kr_")):
@@ -150,6 +153,17 @@ def pair_arrays(pairs: list[PrefPair], row_len: int, *, kl_rows: bool = False) -
                 other = getattr(pairs[(i + 1) % n], key)
                 seqs.append((p.prompt, other[:row_len + 1 - len(p.prompt)]))
             out |= _rows(seqs, row_len, prefix)
+            prefixes.append(prefix)
+    with_images = [p.images for p in pairs if p.images is not None and len(p.images)]
+    if with_images:  # every row group of pair i has pair i's prompt, so its images (rlpt.train.losses)
+        slots, shape = max(len(x) for x in with_images), with_images[0].shape[1:]
+        pixels = np.zeros((len(pairs), slots, *shape), np.float32)
+        counts = np.zeros((len(pairs),), np.int32)
+        for i, p in enumerate(pairs):
+            if p.images is not None and len(p.images):
+                pixels[i, :len(p.images)], counts[i] = p.images, len(p.images)
+        for prefix in prefixes:
+            out[f"{prefix}pixel_values"], out[f"{prefix}num_images"] = pixels, counts
     return out
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from rlpt.config.schema import Config, RolloutConfig
 from rlpt.parallel.distributed import gather_objects, local_replica
 from rlpt.preference.data import PrefPair, clean_pairs, read_pairs, train_tasks
-from rlpt.rollout.format import completion_ids, prompt_ids
+from rlpt.rollout.format import completion_ids, task_prompt
 
 SOURCES = ("verifier", "synthetic", "jsonl")
 CORRUPTIONS = ("swap", "perturb", "mixed")
@@ -74,7 +74,8 @@ def _chunk_pairs(model, tok, part, samples, temperature, max_new_tokens, max_pro
             continue
         counts["tasks_with_pair"] += 1
         prompt = tuple(traj.prompts[i * samples])
-        pairs += [PrefPair(prompt, chosen, b, task.id) for b in bad]
+        images = None if traj.images is None else traj.images[i * samples]
+        pairs += [PrefPair(prompt, chosen, b, task.id, images) for b in bad]
     return pairs, counts, int(traj.passed.sum())
 
 
@@ -89,9 +90,10 @@ def _perturb(text: str, rng: random.Random) -> str:
     return text[:i] + rng.choice([c for c in pool if c != ch]) + text[i + 1:]
 
 
-def synthetic_pairs(tok, tasks, *, corruption: str, seed: int) -> tuple[list[PrefPair], dict]:
+def synthetic_pairs(tok, tasks, *, corruption: str, seed: int, vision=None) -> tuple[list[PrefPair], dict]:
     """Gold answer (chosen) against a corruption the domain's verifier rejects: `swap` takes another task's
-    answer of the same domain and tier (what a noisy teacher writes), `perturb` changes one character."""
+    answer of the same domain and tier (what a noisy teacher writes), `perturb` changes one character. vision: a
+    vision-language policy's VisionConfig (image tasks carry their pixels)."""
     from rlpt.tasks import get_domain
 
     if corruption not in CORRUPTIONS:
@@ -109,8 +111,9 @@ def synthetic_pairs(tok, tasks, *, corruption: str, seed: int) -> tuple[list[Pre
         else:
             counts["no_corruption"] += 1
             continue
-        pairs.append(PrefPair(tuple(prompt_ids(tok, task.prompt)), tuple(completion_ids(tok, gold)),
-                              tuple(completion_ids(tok, bad)), task.id))
+        prompt, images = task_prompt(tok, task, vision)
+        pairs.append(PrefPair(tuple(prompt), tuple(completion_ids(tok, gold)), tuple(completion_ids(tok, bad)),
+                              task.id, images))
     return pairs, counts
 
 
@@ -141,7 +144,8 @@ def make_pairs(cfg: Config, tok, split: str, *, model=None, seed: int = 0) -> tu
         pairs, counts = read_pairs(path, tok), {}
     elif p.source == "synthetic":
         pairs, counts = synthetic_pairs(tok, split_tasks(cfg, split), corruption=p.corruption,
-                                        seed=cfg.train.seed + seed + (0 if split == "train" else 7919))
+                                        seed=cfg.train.seed + seed + (0 if split == "train" else 7919),
+                                        vision=cfg.model.vision)
     else:
         if model is None:
             raise ValueError("pref.source=verifier needs a policy model to sample from")

@@ -1,4 +1,5 @@
 """How a task becomes policy input and an answer becomes a completion: one place for SFT, RL and eval."""
+import logging
 import weakref
 
 import numpy as np
@@ -54,18 +55,41 @@ def _with_images(tok, prompt, vision) -> list[int]:
         for i, piece in enumerate(prompt.split(IMAGE_TOKEN)):
             ids += (image if i else []) + tok.encode(piece)
         return ids + split[1]
-    marker = tok.backend.token_to_id(IMAGE_TOKEN)
     rendered = prompt_ids(tok, prompt)
-    text = prompt if isinstance(prompt, str) else " ".join(str(m.get("content", "")) for m in prompt)
-    if marker is None:
-        if IMAGE_TOKEN in text:
-            raise ValueError(f"tokenizer {tok.source} has no {IMAGE_TOKEN!r} token, so the prompt's image "
-                             "placeholders cannot be found after tokenization; add it as a special token")
-        return rendered
-    out = []
-    for t in rendered:
-        out += image if t == marker else [t]
+    marker = tok.backend.token_to_id(IMAGE_TOKEN)
+    # the placeholder as the tokenizer writes it: one added token (an HF VLM's), else its text's tokens
+    marker = [marker] if marker is not None else tok.encode(IMAGE_TOKEN)
+    out, i, found = [], 0, 0
+    while i < len(rendered):
+        if rendered[i:i + len(marker)] == marker:
+            out += image
+            i += len(marker)
+            found += 1
+        else:
+            out.append(rendered[i])
+            i += 1
+    want = _count_images(prompt)
+    if found != want:
+        raise ValueError(f"tokenizer {tok.source}: found {found} image placeholders after tokenization where the "
+                         f"prompt has {want} (the {IMAGE_TOKEN!r} text merges with its neighbours); add "
+                         f"{IMAGE_TOKEN!r} as a special token")
     return out
+
+
+def _count_images(prompt) -> int:
+    """Image placeholders in a prompt: IMAGE_TOKEN markers in text, {"type": "image"} parts in content lists."""
+    from rlpt.models.image_processing import IMAGE_TOKEN
+
+    if isinstance(prompt, str):
+        return prompt.count(IMAGE_TOKEN)
+    n = 0
+    for m in prompt:
+        content = m.get("content")
+        if isinstance(content, str):
+            n += content.count(IMAGE_TOKEN)
+        elif content:
+            n += sum(1 if p.get("type") == "image" else str(p.get("text", "")).count(IMAGE_TOKEN) for p in content)
+    return n
 
 
 def task_images(task, vision) -> np.ndarray:
@@ -144,3 +168,18 @@ def observation_ids(tok, text: str) -> list[int]:
     if split is not None:
         return split[0] + tok.encode(text) + split[1]
     return _observation_render(tok, text)
+
+
+def task_prompt_or_blank(tok, task, vision=None) -> tuple[list[int], np.ndarray | None, bool]:
+    """`task_prompt` plus ok: a task whose image is corrupt or unsupported is logged (naming the task id) and
+    given blank pixels (ok=False), so that a rollout or an evaluation goes on; its callers drop it from the update
+    and score it 0."""
+    try:
+        return (*task_prompt(tok, task, vision), True)
+    except ValueError as e:
+        if vision is None:
+            raise
+        logging.getLogger(__name__).warning("%s; dropped (scored 0, not trained on)", e)
+        ids = prompt_ids(tok, task.prompt, vision)
+        n = sum(1 for t in ids if t == vision.image_token_id) // vision.tokens_per_image
+        return ids, np.zeros((n, vision.num_channels, vision.image_size, vision.image_size), np.float32), False

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from rlpt.rollout.format import response_text, task_prompt
+from rlpt.rollout.format import response_text, task_prompt_or_blank
 from rlpt.train.packing import fit_width
 
 
@@ -48,6 +48,7 @@ class Trajectories:
     components: list[dict[str, float]] | None = None
     prefix_stats: dict | None = None  # rl.rollout.prefix_cache_min_tokens: PrefixCache.stats() of the step
     images: list | None = None  # a vision-language policy: per row its prompt's pixel_values (n, C, H, W)
+    dropped: np.ndarray | None = None  # (R,) rows whose task had a corrupt image: sampled on blank pixels, no loss
 
 
 def concat_trajectories(parts: list, tasks: list) -> Trajectories:
@@ -116,9 +117,10 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     from rlpt.sampling import generate
 
     vision = getattr(model.config, "vision", None)  # a VisionLanguageModel's: image tasks carry their pixels
-    prompts, pixels = [], []
+    prompts, pixels, bad = [], [], []
     for t in tasks:
-        ids, px = task_prompt(tok, t, vision)
+        ids, px, ok = task_prompt_or_blank(tok, t, vision)
+        bad.append(not ok)
         if len(ids) > rcfg.max_prompt_len:
             raise ValueError(f"task {t.id}: prompt of {len(ids)} tokens exceeds rl.rollout.max_prompt_len="
                              f"{rcfg.max_prompt_len}")
@@ -153,7 +155,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
                         truncated=np.array([f != "stop" for f in out.finish_reason]), version=version,
                         gen_s=gen_s, verify_s=time.time() - t0, texts=texts, verdicts=verdicts, reward_texts=own,
                         components=components, prefix_stats=prefix.stats() if prefix is not None else None,
-                        images=None if vision is None else [px for px in pixels for _ in range(G)])
+                        images=None if vision is None else [px for px in pixels for _ in range(G)],
+                        dropped=None if vision is None else np.repeat(np.asarray(bad, bool), G))
 
 
 def to_rows(traj: Trajectories, row_len: int, images_per_row: int = 1) -> dict[str, np.ndarray]:

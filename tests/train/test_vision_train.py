@@ -134,3 +134,40 @@ def test_a_corrupt_image_drops_its_sample_and_is_counted(setup, monkeypatch):
     assert batch["num_images"].tolist() == [1, 1, 1, 1]
     source = next(iter(data.sources.values()))
     assert source.bad_images >= 1
+
+
+def test_a_corrupt_image_in_rl_and_eval_is_dropped_not_fatal(setup):
+    cfg, tok, model = setup
+    tasks = [get_domain(d).generate(s, 1) for s, d in enumerate(["vision/bar_value", "vision/bar_extreme",
+                                                                  "vision/line_extreme"])]
+    broken = dataclasses.replace(tasks[1], meta=dict(tasks[1].meta, images=[np.zeros((0, 4, 3), np.uint8)]))
+    traj = rollout(model, tok, [tasks[0], broken, tasks[2]], cfg.rl.rollout, seed=3, version=0)
+    assert traj.dropped.tolist() == [False, False, True, True, False, False]
+    assert not traj.images[2].any()  # sampled on blank pixels
+    from rlpt.pipeline.rl import make_batch
+
+    rows, metrics = make_batch(traj, cfg, cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens)
+    assert metrics["rollout/dropped_images"] == 2
+    assert not rows["loss_mask"][2:4].any() and rows["loss_mask"][[0, 1, 4, 5]].any(axis=1).all()
+    from rlpt.eval.heldout import evaluate
+
+    oracle_free = evaluate(model, tok, [broken], max_new_tokens=2)
+    assert oracle_free["pass1"] == 0.0 and oracle_free["n"] == 1
+
+
+def test_dpo_pairs_carry_the_prompts_images(setup):
+    from rlpt.preference.common import joint_logps, sequence_logps
+    from rlpt.preference.data import pair_arrays
+    from rlpt.preference.pairs import synthetic_pairs
+
+    cfg, tok, model = setup
+    tasks = [get_domain("vision/bar_extreme").generate(s, 1) for s in range(4)]
+    pairs, _ = synthetic_pairs(tok, tasks, corruption="swap", seed=0, vision=model.config.vision)
+    arrays = pair_arrays(pairs, 256)
+    assert arrays["c_pixel_values"].shape[:2] == (4, 1) and arrays["r_num_images"].tolist() == [1] * 4
+    fwd = jax.jit(lambda p, b: joint_logps(p, model.config, b, ("c_", "r_")))
+    chosen, rejected = fwd(model.params, arrays)
+    np.testing.assert_allclose(np.asarray(chosen), np.asarray(sequence_logps(model.params, model.config, arrays,
+                                                                             "c_")), rtol=1e-5)
+    blank = dict(arrays, c_pixel_values=np.zeros_like(arrays["c_pixel_values"]))
+    assert np.abs(np.asarray(fwd(model.params, blank)[0]) - np.asarray(chosen)).max() > 1e-4  # the images matter
