@@ -1,4 +1,4 @@
-"""Registers the Gymnasium text environments (ids rlpt/<Name>-v0) on import of rlpt.envs."""
+"""Registers the Gymnasium environments (ids rlpt/<Name>-v0; GridWalk observes an image) on import of rlpt.envs."""
 
 import gymnasium as gym
 
@@ -8,6 +8,7 @@ ENV_IDS = {
     "rlpt/ShellAgent-v0": "rlpt.envs.shell_agent:ShellAgentEnv",
     "rlpt/ToolUse-v0": "rlpt.envs.tool_use:ToolUseEnv",
     "rlpt/Bfcl-v0": "rlpt.envs.bfcl_env:BfclEnv",
+    "rlpt/GridWalk-v0": "rlpt.envs.grid_walk:GridWalkEnv",
 }
 
 for _id, _entry in ENV_IDS.items():

@@ -15,7 +15,7 @@ def model_responses(model, tok, tasks, max_new: int, *, n: int = 1, temperature:
     from rlpt.rollout.format import response_text, task_prompt_or_blank
     from rlpt.sampling import generate
 
-    vision = getattr(model.config, "vision", None)  # a VisionLanguageModel: each task's images go in with it
+    vision = getattr(getattr(model, "config", None), "vision", None)  # a VisionLanguageModel: tasks carry images
     out: list[list[str]] = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]

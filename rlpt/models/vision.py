@@ -268,6 +268,11 @@ class VisionLanguageModel:
         """Input embeddings (B, T, D) of right-padded prompts (B, T) with their images spliced in."""
         return _jit_prompt_embeds(self.config, self.params, tokens, lengths, images)
 
+    def feed_embeds(self, feed, lengths, images):
+        """Input embeddings (B, Ta, D) of a continuation's right-padded feed (B, Ta), whose column 0 is each row's
+        last sampled token (text, whatever its id), with `images` spliced in at the appended image tokens."""
+        return _jit_feed_embeds(self.config, self.params, feed, lengths, images)
+
     def placed(self, mesh) -> "VisionLanguageModel":
         """This model with its params on `mesh` by the logical-axis rules (call under rlpt.parallel.axis_rules)."""
         from rlpt.parallel.distributed import place
@@ -297,3 +302,10 @@ def _jit_vlm_forward(cfg, params, tokens, pixel_values, positions, segment_ids):
 def _jit_prompt_embeds(cfg, params, tokens, lengths, images):
     valid = jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]
     return merge_embeddings(params, cfg, tokens, image_features(params, cfg, images), valid)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _jit_feed_embeds(cfg, params, feed, lengths, images):
+    cols = jnp.arange(feed.shape[1])[None, :]
+    valid = (cols >= 1) & (cols < lengths[:, None])
+    return merge_embeddings(params, cfg, feed, image_features(params, cfg, images), valid)

@@ -55,25 +55,52 @@ def _with_images(tok, prompt, vision) -> list[int]:
         for i, piece in enumerate(prompt.split(IMAGE_TOKEN)):
             ids += (image if i else []) + tok.encode(piece)
         return ids + split[1]
-    rendered = prompt_ids(tok, prompt)
+    return expand_image_markers(tok, prompt_ids(tok, prompt), vision, _count_images(prompt))
+
+
+def expand_image_markers(tok, ids: list[int], vision, want: int) -> list[int]:
+    """Rendered ids with each IMAGE_TOKEN placeholder (one added token, an HF VLM's, else the tokens of its text)
+    replaced by tokens_per_image image tokens; raises unless exactly `want` placeholders are found."""
+    from rlpt.models.image_processing import IMAGE_TOKEN
+
+    image = [vision.image_token_id] * vision.tokens_per_image
     marker = tok.backend.token_to_id(IMAGE_TOKEN)
-    # the placeholder as the tokenizer writes it: one added token (an HF VLM's), else its text's tokens
     marker = [marker] if marker is not None else tok.encode(IMAGE_TOKEN)
     out, i, found = [], 0, 0
-    while i < len(rendered):
-        if rendered[i:i + len(marker)] == marker:
+    while i < len(ids):
+        if ids[i:i + len(marker)] == marker:
             out += image
             i += len(marker)
             found += 1
         else:
-            out.append(rendered[i])
+            out.append(ids[i])
             i += 1
-    want = _count_images(prompt)
     if found != want:
         raise ValueError(f"tokenizer {tok.source}: found {found} image placeholders after tokenization where the "
-                         f"prompt has {want} (the {IMAGE_TOKEN!r} text merges with its neighbours); add "
+                         f"text has {want} (the {IMAGE_TOKEN!r} text merges with its neighbours); add "
                          f"{IMAGE_TOKEN!r} as a special token")
     return out
+
+
+def observation_parts(obs, vision, where: str) -> tuple[str, np.ndarray | None]:
+    """(text, pixel_values or None) of an environment observation: a string, or a dict with 'text' and an 'image'
+    (H, W, 3) or 'images' (one IMAGE_TOKEN per image in the text). Images need a vision-language policy."""
+    if isinstance(obs, str):
+        return obs, None
+    if not isinstance(obs, dict) or not isinstance(obs.get("text"), str):
+        raise TypeError(f"{where}: an observation is a str or a dict with a 'text' str, got {type(obs).__name__}")
+    images = list(obs.get("images") or []) + ([obs["image"]] if obs.get("image") is not None else [])
+    if not images:
+        return obs["text"], None
+    if vision is None:
+        raise ValueError(f"{where}: the observation holds {len(images)} image(s) but the policy has no vision "
+                         "tower (set model.vision)")
+    from rlpt.models.image_processing import IMAGE_TOKEN, preprocess
+
+    if obs["text"].count(IMAGE_TOKEN) != len(images):
+        raise ValueError(f"{where}: the observation's text has {obs['text'].count(IMAGE_TOKEN)} {IMAGE_TOKEN} "
+                         f"placeholders for {len(images)} images")
+    return obs["text"], preprocess(images, vision.image_size, sample_ids=[where] * len(images))
 
 
 def _count_images(prompt) -> int:

@@ -11,7 +11,13 @@ import time
 
 import numpy as np
 
-from rlpt.rollout.format import observation_ids, prompt_ids, response_text
+from rlpt.rollout.format import (
+    expand_image_markers,
+    observation_ids,
+    observation_parts,
+    prompt_ids,
+    response_text,
+)
 from rlpt.rollout.single_turn import Trajectories, prefix_cache
 
 CODE_AGENT = "rlpt/CodeAgent-v0"
@@ -39,6 +45,7 @@ class Episode:
     error: str | None = None
     pending: object = None  # an env call still running after its deadline (the env closes when it ends)
     verdict: dict | None = None  # the environment's final info["verdict"] (score, passed, details)
+    images: list = dataclasses.field(default_factory=list)  # pixel_values of the observations' images, in order
 
     def add(self, kind: str, ids, logp=None):
         start = len(self.tokens)
@@ -130,6 +137,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         else:
             def make_env(task):
                 return default_env(task, max_turns=max_turns, **env_kwargs)
+    vision = getattr(getattr(model, "config", None), "vision", None)  # a VLM: observations may hold images
     stops = tuple(tok.eos_ids)
     sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops,
                     quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
@@ -158,13 +166,23 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                 continue
             if first[r // G] is None:
                 first[r // G] = obs
-            elif obs != first[r // G]:
+            elif not _same_observation(obs, first[r // G]):
                 raise ValueError(f"task {tasks[r // G].id}: episodes of one group start from different "
                                  "observations; a group shares one prompt (make the env's reset deterministic)")
-        prompts = []
+        prompts, pixels = [], []
         for i, t in enumerate(tasks):
             # The G episodes of a task start from one observation, so they share one prefill.
-            ids = prompt_ids(tok, first[i] if first[i] is not None else t.prompt)
+            if first[i] is not None and not isinstance(first[i], str | list):  # text and images
+                text, px = observation_parts(first[i], vision, f"task {t.id} reset")
+                ids = prompt_ids(tok, text, vision if px is not None else None)
+            else:
+                ids, px = prompt_ids(tok, first[i] if first[i] is not None else t.prompt), None
+            if vision is not None:
+                px = np.zeros((0, vision.num_channels, vision.image_size, vision.image_size), np.float32) \
+                    if px is None else px
+                pixels.append(px)
+                for r in range(i * G, (i + 1) * G):
+                    eps[r].images.append(px)
             if len(ids) > rcfg.max_prompt_len:
                 raise ValueError(f"task {t.id}: first observation of {len(ids)} tokens exceeds "
                                  f"rl.rollout.max_prompt_len={rcfg.max_prompt_len}")
@@ -173,8 +191,9 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         # Cache: prompt bucket + the episode budget, plus room for one padded feed past a full row.
         cache_len = max(len(p) for p in prompts) + 2 * N + 8
         t1 = time.monotonic()
+        images = {} if vision is None else {"images": np.concatenate(pixels)}
         gen = generate(model, prompts, N, n=G, seed=seed, max_cache_len=cache_len, row_offset=row_offset,
-                       prefix_cache=prefix, **sampling)
+                       prefix_cache=prefix, **sampling, **images)
         gen_s += time.monotonic() - t1
         turn_rows = [r for r, ep in enumerate(eps) if ep.status == "running"]
         while True:
@@ -191,8 +210,12 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                     actions[r] = response_text(tok, gen.tokens[r, :n])
             t1 = time.monotonic()
             appended, limits = [None] * len(eps), np.ones(len(eps), np.int32)
+            new_images = [None] * len(eps)
             for r, obs in _step_all(pool, eps, list(actions), actions):
-                ids = observation_ids(tok, obs)
+                text, px = observation_parts(obs, vision, f"task {tasks[r // G].id} turn {eps[r].turns}")
+                ids = observation_ids(tok, text)
+                if px is not None:
+                    ids = expand_image_markers(tok, ids, vision, len(px))
                 room = N - len(eps[r].tokens) - len(ids)
                 if eps[r].turns >= max_turns:
                     eps[r].end("turn_limit")  # a custom env without its own step limit
@@ -201,12 +224,17 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                 else:
                     eps[r].add("tool", ids)
                     appended[r], limits[r] = ids, room
+                    if px is not None:
+                        eps[r].images.append(px)
+                        new_images[r] = px
             env_s += time.monotonic() - t1
             turn_rows = [r for r, a in enumerate(appended) if a is not None]
             if not turn_rows:
                 break
             t1 = time.monotonic()
-            gen = continue_generation(model, gen, appended, limits, **sampling)
+            fresh = [px for px in new_images if px is not None]  # in row order, as continue_generation reads them
+            more = {"images": np.concatenate(fresh)} if fresh else {}
+            gen = continue_generation(model, gen, appended, limits, **sampling, **more)
             gen_s += time.monotonic() - t1
     finally:
         for ep in eps:
@@ -219,6 +247,14 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                     pass
         pool.shutdown(wait=False, cancel_futures=True)
     return _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s, prefix)
+
+
+def _same_observation(a, b) -> bool:
+    """Equal observations: text as ==, dict observations key by key with images compared as arrays."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(
+            np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k] for k in a)
+    return a == b
 
 
 def episode_verdict(ep: Episode):
@@ -262,4 +298,5 @@ def _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s, prefix=
         tool_calls=np.asarray([ep.tool_calls for ep in eps], np.int32), spans=[ep.spans for ep in eps],
         status=[ep.status for ep in eps], verdicts=[episode_verdict(ep) for ep in eps],
         reward_texts=[policy_text(tok, ep) for ep in eps],
-        prefix_stats=prefix.stats() if prefix is not None else None)
+        prefix_stats=prefix.stats() if prefix is not None else None,
+        images=[np.concatenate(ep.images) for ep in eps] if eps and eps[0].images else None)

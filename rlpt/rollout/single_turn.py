@@ -116,7 +116,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     the first row (a process's share of a step: rows draw as in one process, `rlpt.sampling.generate`)."""
     from rlpt.sampling import generate
 
-    vision = getattr(model.config, "vision", None)  # a VisionLanguageModel's: image tasks carry their pixels
+    vision = getattr(getattr(model, "config", None), "vision", None)  # a VisionLanguageModel: tasks carry pixels
     prompts, pixels, bad = [], [], []
     for t in tasks:
         ids, px, ok = task_prompt_or_blank(tok, t, vision)

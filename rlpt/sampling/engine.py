@@ -202,18 +202,20 @@ def decode(weights, state: SamplingState, target_done, max_steps, *, cfg, method
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "methods", "stop_ids", "width"), donate_argnames=("state",))
-def append(params, state: SamplingState, feed, feed_lengths, max_new, *, cfg, methods, stop_ids, width):
+def append(params, state: SamplingState, feed, feed_lengths, max_new, *, cfg, methods, stop_ids, width,
+           embeds=None):
     """Continue rows with right-padded tokens feed (B, Ta): each live row's feed starts with its last token.
 
     Rows with feed_lengths 0 stay finished. Returns a state with fresh (B, width) buffers whose first
-    token is drawn after the feed; the prefix already in the cache is not recomputed.
+    token is drawn after the feed; the prefix already in the cache is not recomputed. embeds (B, Ta, D): the
+    feed's input embeddings instead of the token lookup (a VLM's new images spliced in at their image tokens).
     """
     B, Ta = feed.shape
     params = dense_params(params, cfg.dtype)
     live = feed_lengths > 0
     segments = (jnp.arange(Ta)[None] < feed_lengths[:, None]).astype(jnp.int32)
     positions = state.positions[:, None] + jnp.arange(Ta, dtype=jnp.int32)[None]
-    hidden, cache = hidden_states(params, cfg, feed, positions, segments, cache=state.cache)
+    hidden, cache = hidden_states(params, cfg, feed, positions, segments, cache=state.cache, embeds=embeds)
     logits = _last_logits(params, cfg, hidden, feed_lengths)
     cache = constrain_cache(dict(cache, index=state.cache["index"] + feed_lengths))
     # A fresh random stream per turn (token t of turn 2 must not reuse turn 1's draw for token t).

@@ -248,7 +248,7 @@ def decode_phases(longest: int, width: int, cache_len: int, phase: int | None):
 def continue_generation(model, generation: Generation, appended, max_new_tokens, *, temperature=1.0,
                         top_k=None, top_p=None, stop_ids=(), min_p=None, mesh=None,
                         keep_state=True, decode_phase=DECODE_PHASE, quant="none", quant_group=128,
-                        kv_cache_dtype=None) -> Generation:
+                        kv_cache_dtype=None, images=None) -> Generation:
     """Append tokens to finished rows and keep decoding from the cached prefix (multi-turn).
 
     appended: one entry per row of `generation`: a list of token ids (e.g. a tool's output, may be empty)
@@ -257,7 +257,18 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     its cache moves into the result. decode_phase: as in `generate`, from the fullest row's filled slots.
     quant, quant_group: as in `generate` (pass the generation's own to continue the same sampler);
     kv_cache_dtype: the generation's (its cache is continued as it is; another value is an error).
+    images: with a `rlpt.models.vision.VisionLanguageModel`, the pixel values (N, C, H, W) of the images the
+    appended tokens' image tokens stand for, in row order (e.g. a screenshot in a tool's observation); the tower
+    runs on these only: earlier turns' images stay in the cache.
     """
+    from rlpt.models.vision import VisionLanguageModel
+
+    vlm = model if isinstance(model, VisionLanguageModel) else None
+    if vlm is not None:
+        vlm.check_image_tokens([list(a or []) for a in appended], 0 if images is None else len(images))
+        model = vlm.text_model()
+    elif images is not None:
+        raise ValueError(f"continue_generation(images=...) needs a VisionLanguageModel, got {type(model).__name__}")
     cfg = model.config
     check_quant(cfg, quant, quant_group, kv_cache_dtype)
     state = generation.state
@@ -305,8 +316,11 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     generation.state = None
     with _mesh_scope(mesh):
         params = engine.sampler_params(model, quant, quant_group)
+        embeds = None
+        if images is not None and len(images):  # column 0 is each row's last sampled token: never an image
+            embeds = vlm.feed_embeds(feed, feed_lengths, images)
         state = engine.append(params, state, feed, feed_lengths, limits, cfg=cfg, methods=methods,
-                              stop_ids=stop_ids, width=width)
+                              stop_ids=stop_ids, width=width, embeds=embeds)
         filled = int((index + feed_lengths).max())  # every row's data lies below its own index
         weights = engine.decode_weights(model, quant=quant, quant_group=quant_group)
         for steps, window in decode_phases(filled, width, capacity + 1, decode_phase):

@@ -62,3 +62,39 @@ def test_named_errors(vlm):
         generate(vlm.text_model(), [[5, 6]], 2, images=np.zeros((1, 3, 16, 16), np.float32))
     text_only = generate(vlm, [[5, 6, 7]], 3, temperature=0.0)  # a VLM samples text-only prompts as its decoder
     assert text_only.tokens.shape == (1, 3)
+
+
+def test_a_second_turn_brings_a_new_image_and_keeps_the_first_in_the_cache(vlm):
+    """Turn 2 appends an observation holding a new image (continue_generation(images=)): the tower runs on that
+    image only, and the tokens and log-probs equal a teacher-forced forward of the whole conversation."""
+    from rlpt.sampling import continue_generation
+
+    k = vlm.config.vision.tokens_per_image
+    prompt = [5] + [IMG] * k + [7]
+    pixels = np.asarray(jax.random.normal(jax.random.key(2), (2, 3, 16, 16)), np.float32)
+    first = generate(vlm, [prompt], 3, temperature=0.0, images=pixels[:1], stop_ids=())
+    turn1 = [int(t) for t in first.tokens[0, :first.lengths[0]]]
+    observation = [9] + [IMG] * k + [10]
+    second = continue_generation(vlm, first, [observation], 4, temperature=0.0, images=pixels[1:])
+    turn2 = [int(t) for t in second.tokens[0, :second.lengths[0]]]
+    seq = prompt + turn1 + observation + turn2
+    tokens = np.asarray([seq], np.int32)
+    is_image = np.zeros((1, len(seq)), bool)
+    is_image[0, 1:1 + k] = True
+    start = len(prompt) + len(turn1) + 1
+    is_image[0, start:start + k] = True  # generated tokens equal to IMG stay text
+
+    @jax.jit
+    def teacher_forced(params, tokens, valid, pixels):
+        embeds = merge_embeddings(params, vlm.config, tokens, image_features(params, vlm.config, pixels), valid)
+        return forward(params["text"], vlm.config.text, tokens, embeds=embeds)
+
+    logits = np.asarray(teacher_forced(vlm.params, tokens, is_image, pixels))[0]
+    at = len(prompt) + len(turn1) + len(observation) - 1
+    for j, t in enumerate(turn2):
+        assert t == int(np.argmax(logits[at + j]))
+        row = logits[at + j] - logits[at + j].max()
+        np.testing.assert_allclose(second.logprobs[0, j], row[t] - np.log(np.exp(row).sum()), atol=2e-4)
+    with pytest.raises(ValueError, match="image tokens for 0 images"):
+        again = generate(vlm, [prompt], 2, temperature=0.0, images=pixels[:1], stop_ids=())
+        continue_generation(vlm, again, [observation], 2, temperature=0.0)

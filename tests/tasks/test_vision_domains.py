@@ -34,7 +34,7 @@ def _tasks(name, seeds=SEEDS):
 
 def test_domains_and_tiers():
     assert NAMES == ["vision/bar_extreme", "vision/bar_value", "vision/count_shapes", "vision/grid_cell",
-                     "vision/grid_count", "vision/line_extreme", "vision/spatial"]
+                     "vision/grid_count", "vision/grid_walk", "vision/line_extreme", "vision/spatial"]
     for name in NAMES:
         domain = get_domain(name)
         assert domain.tiers == (1, 2, 3) and domain.split_on == "spec" and domain.description, name
@@ -54,7 +54,7 @@ def test_deterministic_valid_images_one_placeholder_each(name):
         for img in images:
             assert isinstance(img, np.ndarray) and img.shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and img.dtype == np.uint8
             assert not img.flags.writeable
-        assert 0 < len(task.meta["answer"]) <= 7
+        assert 0 < len(task.meta["answer"]) <= (48 if name == "vision/grid_walk" else 7)  # a walk: several moves
         json.loads(task.meta["spec"])
 
 
@@ -78,7 +78,10 @@ def test_oracle_passes_wrong_hedged_and_empty_fail(name):
         gold = task.meta["answer"]
         for good in (gold, f"<answer>{gold}</answer>", f" {gold}\n", gold.upper()):
             assert domain.verify(task, good).passed, good
-        if name in WORDS:
+        if name == "vision/grid_walk":  # the walk reversed: on the board, away from the goal
+            back = {"up": "down", "down": "up", "left": "right", "right": "left"}
+            wrong = [" ".join(back[m] for m in gold.split())]
+        elif name in WORDS:
             wrong = [w for w in WORDS[name] if w != gold]
         else:
             wrong = [str(int(gold) + 1), str(int(gold) - 1)]
@@ -170,7 +173,19 @@ def _read_spatial(task):
     return "above" if dy < 0 else "below"
 
 
-READERS = {"vision/bar_value": _read_bar_value, "vision/bar_extreme": _read_bar_extreme,
+def _read_grid_walk(task):
+    """Find the red walker and the green goal cells in the picture; the moves down/up, then right/left."""
+    img, n = task.meta["images"][0], task.meta["query"]["n"]
+    side = IMAGE_SIZE // n
+    start = (IMAGE_SIZE - n * side) // 2
+    (wr, wc), (gr, gc) = ((np.argwhere(np.all(img == ARC_COLORS[c], axis=-1)).mean(axis=0) - start) // side
+                          for c in ("red", "green"))
+    moves = ["down" if gr > wr else "up"] * int(abs(gr - wr)) + ["right" if gc > wc else "left"] * int(abs(gc - wc))
+    return " ".join(moves)
+
+
+READERS = {"vision/grid_walk": _read_grid_walk, "vision/bar_value": _read_bar_value,
+           "vision/bar_extreme": _read_bar_extreme,
            "vision/line_extreme": _read_line_extreme, "vision/count_shapes": _read_count_shapes,
            "vision/grid_cell": _read_grid_cell, "vision/grid_count": _read_grid_count,
            "vision/spatial": _read_spatial}

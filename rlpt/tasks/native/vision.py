@@ -14,9 +14,13 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from rlpt.models.image_processing import IMAGE_TOKEN, PIL_MODES, to_rgb_array  # noqa: F401  (re-exported)
+from rlpt.rewards.guard import final_answer
+from rlpt.rewards.verdict import Verdict
+from rlpt.rewards.verifiers import register_verifier
 from rlpt.tasks.native.common import domain
 
 IMAGE_SIZE = 32
+GRID_WALK_ENV = "rlpt/GridWalk-v0"
 TIERS = (1, 2, 3)
 BACKGROUND = (255, 255, 255)
 AXIS = (0, 0, 0)
@@ -271,6 +275,67 @@ def _spatial(rng, t):
     return _task("vision/spatial", np.asarray(image), question, relation, spec, {"first": first, "second": second})
 
 
+MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+WALKER, GOAL = ARC_COLORS["red"], ARC_COLORS["green"]
+
+
+def walk_image(n: int, pos: tuple[int, int], goal: tuple[int, int]) -> np.ndarray:
+    """An n x n board of gray cells (one-pixel white gaps), the walker in red and the goal in green."""
+    cells = [["gray"] * n for _ in range(n)]
+    img = grid_image(cells)
+    side = IMAGE_SIZE // n
+    start = (IMAGE_SIZE - n * side) // 2
+    for (r, c), color in ((goal, GOAL), (pos, WALKER)):
+        y, x = start + r * side, start + c * side
+        img[y + 1:y + side - 1, x + 1:x + side - 1] = color
+    img[start:start + n * side:side, start:start + n * side] = BACKGROUND  # the gaps between rows
+    img[start:start + n * side, start:start + n * side:side] = BACKGROUND  # and columns
+    return img
+
+
+def walk(n: int, pos: tuple[int, int], moves: list[str]) -> tuple[tuple[int, int] | None, str | None]:
+    """(where the walker ends, None) after `moves`, or (None, why) for an unknown move or one off the board."""
+    r, c = pos
+    for m in moves:
+        if m not in MOVES:
+            return None, f"unknown move {m[:20]!r}"
+        r, c = r + MOVES[m][0], c + MOVES[m][1]
+        if not (0 <= r < n and 0 <= c < n):
+            return None, f"move {m!r} leaves the board"
+    return (r, c), None
+
+
+def walk_question(n: int) -> str:
+    return (f"The image shows a {n}x{n} board. Walk the red square to the green square. Moves: up, down, left, "
+            "right. Answer with the moves separated by spaces.")
+
+
+def _grid_walk(rng, t):
+    n = {1: 3, 2: 4, 3: 5}[t]
+    cells = [(r, c) for r in range(n) for c in range(n)]
+    pos, goal = rng.sample(cells, 2)
+    path = ["down" if goal[0] > pos[0] else "up"] * abs(goal[0] - pos[0])
+    path += ["right" if goal[1] > pos[1] else "left"] * abs(goal[1] - pos[1])
+    # what the picture shows, row by row (W walker, G goal): the split key, and its length grows with the tier
+    spec = ["".join("W" if (r, c) == pos else "G" if (r, c) == goal else "." for c in range(n)) for r in range(n)]
+    return _task("vision/grid_walk", walk_image(n, pos, goal), walk_question(n), " ".join(path), spec,
+                 {"n": n, "start": list(pos), "goal": list(goal), "max_moves": 2 * len(path)})
+
+
+@register_verifier("grid_walk")
+def check_walk(task, response: str) -> Verdict:
+    """The moves (words, any case, spaces or commas between) take the walker onto the goal without leaving the
+    board, in at most meta['query']['max_moves'] moves."""
+    q = task.meta["query"]
+    got = final_answer(response)
+    moves = [] if got is None else [m for m in got.lower().replace(",", " ").split() if m]
+    if not moves or len(moves) > q["max_moves"]:
+        return Verdict(0.0, False, {"moves": len(moves), "why": "no moves" if not moves else "too many moves"})
+    end, why = walk(q["n"], tuple(q["start"]), moves)
+    ok = end == tuple(q["goal"])
+    return Verdict(float(ok), ok, {"moves": len(moves), "why": why or ("" if ok else "ends off the goal")})
+
+
 def domains():
     num, word = "numeric", "normalised"
     vision = {
@@ -282,5 +347,10 @@ def domains():
         "grid_count": (_grid_count, num, "how many cells of an ARC-style grid have a colour"),
         "spatial": (_spatial, word, "is one shape left/right/above/below another (distractors at tier 3)"),
     }
-    return [domain(f"vision/{name}", make, verifier, description, tiers=TIERS, split_on="spec")
-            for name, (make, verifier, description) in vision.items()]
+    out = [domain(f"vision/{name}", make, verifier, description, tiers=TIERS, split_on="spec")
+           for name, (make, verifier, description) in vision.items()]
+    # multi-turn: rlpt/GridWalk-v0 shows the board after each move (an image observation per turn)
+    out.append(domain("vision/grid_walk", _grid_walk, "grid_walk", "walk a red square to a green one on a 3x3 to "
+                      "5x5 board seen as pixels (multi-turn: one move per turn, rlpt/GridWalk-v0)", tiers=TIERS,
+                      split_on="spec", env_id=GRID_WALK_ENV))
+    return out
