@@ -7,6 +7,7 @@ import jax
 from rlpt.models import hf
 from rlpt.models.config import ModelConfig
 from rlpt.models.transformer import forward, init_params, merged_params, param_axes
+from rlpt.models.vision import VisionLanguageModel, VLMConfig, init_vlm_params, vlm_param_axes
 from rlpt.parallel.distributed import place
 from rlpt.parallel.rules import named_sharding
 
@@ -83,8 +84,6 @@ def load_pretrained(folder: str, *, mesh=None, **config_overrides) -> Model:
 
 def model_from(config, params):
     """The model object for a config and its parameters: a `Model`, or a `VisionLanguageModel` for a VLMConfig."""
-    from rlpt.models.vision import VisionLanguageModel, VLMConfig
-
     return VisionLanguageModel(config, params) if isinstance(config, VLMConfig) else Model(config, params)
 
 
@@ -93,8 +92,6 @@ def init_model(cfg: ModelConfig, seed: int = 0, *, mesh=None) -> Model:
     a `rlpt.models.vision.VisionLanguageModel` (decoder, vision tower and projector)."""
     rng = jax.random.key(seed)
     if cfg.vision is not None:
-        from rlpt.models.vision import VisionLanguageModel, VLMConfig, init_vlm_params, vlm_param_axes
-
         vcfg = VLMConfig.from_model_config(cfg)
         if mesh is None:
             return VisionLanguageModel(vcfg, init_vlm_params(vcfg, rng))

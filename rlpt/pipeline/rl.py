@@ -218,6 +218,11 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     if cfg.rl.mode not in ("sync", "async"):
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
     check_algo(cfg.rl.algo)
+    if cfg.model.vision is not None:  # before any compile: combinations the image rows do not support yet
+        for key, on in (("rl.algo.share_prefix", cfg.rl.algo.share_prefix), ("rl.rollout.refill",
+                                                                             cfg.rl.rollout.refill)):
+            if on:
+                raise ValueError(f"{key}=true does not combine with model.vision yet; set {key}=false")
     asynchronous = cfg.rl.mode == "async"
     os.makedirs(out_dir, exist_ok=True)
     rcfg = rl_config(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=out_dir)))

@@ -4,6 +4,8 @@ import weakref
 
 import numpy as np
 
+from rlpt.models.image_processing import IMAGE_TOKEN, preprocess
+
 # Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
 # prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
 _SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -46,8 +48,6 @@ def prompt_ids(tok, prompt, vision=None) -> list[int]:
 
 
 def _with_images(tok, prompt, vision) -> list[int]:
-    from rlpt.models.image_processing import IMAGE_TOKEN
-
     image = [vision.image_token_id] * vision.tokens_per_image
     split = _split(tok) if isinstance(prompt, str) else None
     if split is not None:
@@ -61,8 +61,6 @@ def _with_images(tok, prompt, vision) -> list[int]:
 def expand_image_markers(tok, ids: list[int], vision, want: int) -> list[int]:
     """Rendered ids with each IMAGE_TOKEN placeholder (one added token, an HF VLM's, else the tokens of its text)
     replaced by tokens_per_image image tokens; raises unless exactly `want` placeholders are found."""
-    from rlpt.models.image_processing import IMAGE_TOKEN
-
     image = [vision.image_token_id] * vision.tokens_per_image
     marker = tok.backend.token_to_id(IMAGE_TOKEN)
     marker = [marker] if marker is not None else tok.encode(IMAGE_TOKEN)
@@ -95,8 +93,6 @@ def observation_parts(obs, vision, where: str) -> tuple[str, np.ndarray | None]:
     if vision is None:
         raise ValueError(f"{where}: the observation holds {len(images)} image(s) but the policy has no vision "
                          "tower (set model.vision)")
-    from rlpt.models.image_processing import IMAGE_TOKEN, preprocess
-
     if obs["text"].count(IMAGE_TOKEN) != len(images):
         raise ValueError(f"{where}: the observation's text has {obs['text'].count(IMAGE_TOKEN)} {IMAGE_TOKEN} "
                          f"placeholders for {len(images)} images")
@@ -105,8 +101,6 @@ def observation_parts(obs, vision, where: str) -> tuple[str, np.ndarray | None]:
 
 def _count_images(prompt) -> int:
     """Image placeholders in a prompt: IMAGE_TOKEN markers in text, {"type": "image"} parts in content lists."""
-    from rlpt.models.image_processing import IMAGE_TOKEN
-
     if isinstance(prompt, str):
         return prompt.count(IMAGE_TOKEN)
     n = 0
@@ -122,8 +116,6 @@ def _count_images(prompt) -> int:
 def task_images(task, vision) -> np.ndarray:
     """pixel_values (N, C, S, S) of a task's meta['images'] (N may be 0) for the vision tower; a corrupt or
     unsupported image raises a ValueError naming the task id."""
-    from rlpt.models.image_processing import preprocess
-
     images = list(task.meta.get("images") or [])
     return preprocess(images, vision.image_size, sample_ids=[task.id] * len(images))
 
