@@ -80,7 +80,7 @@ def _external() -> dict[type, dict[str, Range]]:
                       "mscale": Range(gt=0), "mscale_all_dim": nonneg, "attention_factor": Range(gt=0)},
         VisionConfig: {"image_size": pos, "patch_size": pos, "num_channels": pos, "hidden_size": pos,
                        "intermediate_size": pos, "num_layers": pos, "num_heads": pos, "layer_norm_eps": Range(gt=0),
-                       "feature_layer": finite, "image_token_id": nonneg},
+                       "feature_layer": finite, "image_token_id": nonneg, "max_tiles": pos},
         DomainsConfig: {"weights": nonneg, "tiers": nonneg, "eval_size": pos, "eval_offset": nonneg},
         CurriculumConfig: {"tier_weights": nonneg, "stage_steps": nonneg, "window": pos, "band_low": unit,
                            "band_high": unit, "ema": Range(gt=0, le=1), "min_samples": pos, "explore": unit,

@@ -65,6 +65,9 @@ class VisionConfig:
     image_token_id: int = 0
     projector_bias: bool = True
     train: bool = True  # model.vision.train: False freezes the tower (the projector still trains)
+    # variable resolution: an image of another size becomes a thumbnail and up to max_tiles image_size tiles
+    # (rlpt.models.image_processing.tile), each its own tokens_per_image tokens; 1: every image resized to one tile
+    max_tiles: int = 1
 
     def __post_init__(self):
         if self.image_size % self.patch_size:

@@ -7,7 +7,7 @@ SiglipImageProcessorPil): RGB (transparency over white), bicubic resize to (size
 import numpy as np
 from PIL import Image
 
-IMAGE_TOKEN = "<image>"  # a prompt's image placeholder; it expands to tokens_per_image image tokens
+IMAGE_TOKEN = "<image>"  # a prompt's image placeholder; it expands to tokens_per_image tokens per tile
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.5, 0.5, 0.5)
 
@@ -56,3 +56,46 @@ def preprocess(images, size: int, *, mean=MEAN, std=STD, sample_ids=None) -> np.
         x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
         out[i] = x.transpose(2, 0, 1)
     return out
+
+
+def tile_grid(height: int, width: int, size: int, max_tiles: int) -> tuple[int, int]:
+    """(rows, cols) of size-pixel tiles for a height x width image, among the grids of at most max_tiles tiles:
+    the one that keeps the most of the image's pixels when it is scaled (aspect kept) to fit the grid, then the
+    one that wastes the fewest (LLaVA-NeXT's select_best_resolution)."""
+    best, best_key = (1, 1), None
+    for rows in range(1, max_tiles + 1):
+        for cols in range(1, max_tiles // rows + 1):
+            scale = min(rows * size / height, cols * size / width)
+            kept = min(int(height * scale) * int(width * scale), height * width)
+            key = (kept, -(rows * size * cols * size - kept))
+            if best_key is None or key > best_key:
+                best, best_key = (rows, cols), key
+    return best
+
+
+def tile(image, size: int, max_tiles: int, sample_id=None) -> list[np.ndarray]:
+    """The (size, size, 3) RGB arrays the tower sees for one image (variable resolution by tiling, LLaVA-NeXT
+    style): the image itself when max_tiles is 1 or `tile_grid` picks one tile; otherwise a thumbnail of the whole
+    image first, then the rows x cols tiles (row-major) of the image resized (bicubic) to the grid."""
+    rgb = to_rgb_array(image, sample_id)
+    if max_tiles <= 1 or rgb.shape[:2] == (size, size):
+        return [rgb]
+    rows, cols = tile_grid(rgb.shape[0], rgb.shape[1], size, max_tiles)
+    if rows * cols == 1:
+        return [rgb]
+    pil = Image.fromarray(rgb)
+    grid = rgb if rgb.shape[:2] == (rows * size, cols * size) else np.asarray(
+        pil.resize((cols * size, rows * size), resample=Image.Resampling.BICUBIC))
+    thumbnail = np.asarray(pil.resize((size, size), resample=Image.Resampling.BICUBIC))
+    return [thumbnail] + [grid[r * size:(r + 1) * size, c * size:(c + 1) * size]
+                          for r in range(rows) for c in range(cols)]
+
+
+def preprocess_tiles(images, size: int, max_tiles: int = 1, *, sample_ids=None) -> tuple[np.ndarray, list[int]]:
+    """(pixel_values (T, 3, size, size) of every image's tiles in order, tiles per image) (`tile`, `preprocess`)."""
+    tiles, counts = [], []
+    for i, image in enumerate(images):
+        parts = tile(image, size, max_tiles, None if sample_ids is None else sample_ids[i])
+        tiles += parts
+        counts.append(len(parts))
+    return preprocess(tiles, size), counts

@@ -4,7 +4,7 @@ import weakref
 
 import numpy as np
 
-from rlpt.models.image_processing import IMAGE_TOKEN, preprocess
+from rlpt.models.image_processing import IMAGE_TOKEN, preprocess_tiles
 
 # Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
 # prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
@@ -29,16 +29,18 @@ def _split(tok):
     return _SPLITS[tok]
 
 
-def prompt_ids(tok, prompt, vision=None) -> list[int]:
+def prompt_ids(tok, prompt, vision=None, tiles=None) -> list[int]:
     """Token ids of a task prompt (text or chat messages) rendered as a user turn awaiting the assistant.
 
     vision: the policy's `rlpt.models.config.VisionConfig`; each IMAGE_TOKEN ("<image>") marker in the prompt then
     becomes tokens_per_image image tokens (model.vision.image_token_id), where the images' features go. A
     tokenizer that renders the marker itself (an HF VLM's added "<image>" token) has each such token expanded; the
     built-in character tokenizer has the text around the markers encoded and the image tokens put in between.
+    tiles: per image, the tiles it became (model.vision.max_tiles; None: one each); marker i then takes
+    tiles[i] x tokens_per_image tokens.
     """
     if vision is not None:
-        return _with_images(tok, prompt, vision)
+        return _with_images(tok, prompt, vision, tiles)
     if isinstance(prompt, str):
         split = _split(tok)
         if split is not None:
@@ -47,29 +49,40 @@ def prompt_ids(tok, prompt, vision=None) -> list[int]:
     return _render(tok, list(prompt))
 
 
-def _with_images(tok, prompt, vision) -> list[int]:
-    image = [vision.image_token_id] * vision.tokens_per_image
+def _image_tokens(vision, tiles, want: int) -> list[list[int]]:
+    """The image tokens each of `want` placeholders becomes: tiles[i] x tokens_per_image ids (one tile each
+    without tiles)."""
+    tiles = [1] * want if tiles is None else list(tiles)
+    if len(tiles) != want:
+        raise ValueError(f"{want} image placeholders for {len(tiles)} images")
+    return [[vision.image_token_id] * (vision.tokens_per_image * int(n)) for n in tiles]
+
+
+def _with_images(tok, prompt, vision, tiles=None) -> list[int]:
     split = _split(tok) if isinstance(prompt, str) else None
     if split is not None:
+        pieces = prompt.split(IMAGE_TOKEN)
+        images = _image_tokens(vision, tiles, len(pieces) - 1)
         ids = list(split[0])
-        for i, piece in enumerate(prompt.split(IMAGE_TOKEN)):
-            ids += (image if i else []) + tok.encode(piece)
+        for i, piece in enumerate(pieces):
+            ids += (images[i - 1] if i else []) + tok.encode(piece)
         return ids + split[1]
-    return expand_image_markers(tok, prompt_ids(tok, prompt), vision, _count_images(prompt))
+    return expand_image_markers(tok, prompt_ids(tok, prompt), vision, _count_images(prompt), tiles)
 
 
-def expand_image_markers(tok, ids: list[int], vision, want: int) -> list[int]:
+def expand_image_markers(tok, ids: list[int], vision, want: int, tiles=None) -> list[int]:
     """Rendered ids with each IMAGE_TOKEN placeholder (one added token, an HF VLM's, else the tokens of its text)
-    replaced by tokens_per_image image tokens; raises unless exactly `want` placeholders are found."""
-    image = [vision.image_token_id] * vision.tokens_per_image
+    replaced by its image's tokens (tiles[i] x tokens_per_image); raises unless exactly `want` are found."""
+    images = _image_tokens(vision, tiles, want)
     marker = tok.backend.token_to_id(IMAGE_TOKEN)
     marker = [marker] if marker is not None else tok.encode(IMAGE_TOKEN)
     out, i, found = [], 0, 0
     while i < len(ids):
         if ids[i:i + len(marker)] == marker:
-            out += image
-            i += len(marker)
+            if found < want:
+                out += images[found]
             found += 1
+            i += len(marker)
         else:
             out.append(ids[i])
             i += 1
@@ -80,23 +93,25 @@ def expand_image_markers(tok, ids: list[int], vision, want: int) -> list[int]:
     return out
 
 
-def observation_parts(obs, vision, where: str) -> tuple[str, np.ndarray | None]:
-    """(text, pixel_values or None) of an environment observation: a string, or a dict with 'text' and an 'image'
-    (H, W, 3) or 'images' (one IMAGE_TOKEN per image in the text). Images need a vision-language policy."""
+def observation_parts(obs, vision, where: str) -> tuple[str, np.ndarray | None, list[int] | None]:
+    """(text, pixel_values or None, tiles per image or None) of an environment observation: a string, or a dict
+    with 'text' and an 'image' (H, W, 3) or 'images' (one IMAGE_TOKEN per image in the text). Images need a
+    vision-language policy."""
     if isinstance(obs, str):
-        return obs, None
+        return obs, None, None
     if not isinstance(obs, dict) or not isinstance(obs.get("text"), str):
         raise TypeError(f"{where}: an observation is a str or a dict with a 'text' str, got {type(obs).__name__}")
     images = list(obs.get("images") or []) + ([obs["image"]] if obs.get("image") is not None else [])
     if not images:
-        return obs["text"], None
+        return obs["text"], None, None
     if vision is None:
         raise ValueError(f"{where}: the observation holds {len(images)} image(s) but the policy has no vision "
                          "tower (set model.vision)")
     if obs["text"].count(IMAGE_TOKEN) != len(images):
         raise ValueError(f"{where}: the observation's text has {obs['text'].count(IMAGE_TOKEN)} {IMAGE_TOKEN} "
                          f"placeholders for {len(images)} images")
-    return obs["text"], preprocess(images, vision.image_size, sample_ids=[where] * len(images))
+    return (obs["text"], *preprocess_tiles(images, vision.image_size, vision.max_tiles,
+                                           sample_ids=[where] * len(images)))
 
 
 def _count_images(prompt) -> int:
@@ -113,11 +128,12 @@ def _count_images(prompt) -> int:
     return n
 
 
-def task_images(task, vision) -> np.ndarray:
-    """pixel_values (N, C, S, S) of a task's meta['images'] (N may be 0) for the vision tower; a corrupt or
-    unsupported image raises a ValueError naming the task id."""
+def task_images(task, vision) -> tuple[np.ndarray, list[int]]:
+    """(pixel_values (N, C, S, S), tiles per image) of a task's meta['images'] for the vision tower: N tiles
+    (one per image unless model.vision.max_tiles > 1; N may be 0); a corrupt or unsupported image raises a
+    ValueError naming the task id."""
     images = list(task.meta.get("images") or [])
-    return preprocess(images, vision.image_size, sample_ids=[task.id] * len(images))
+    return preprocess_tiles(images, vision.image_size, vision.max_tiles, sample_ids=[task.id] * len(images))
 
 
 def task_prompt(tok, task, vision=None) -> tuple[list[int], np.ndarray | None]:
@@ -125,12 +141,15 @@ def task_prompt(tok, task, vision=None) -> tuple[list[int], np.ndarray | None]:
     SFT data, rollouts and evaluation turn an image task into model inputs."""
     if vision is None:
         return prompt_ids(tok, task.prompt), None
-    pixels = task_images(task, vision)
-    ids = prompt_ids(tok, task.prompt, vision)
+    pixels, tiles = task_images(task, vision)
+    if _count_images(task.prompt) != len(tiles):
+        raise ValueError(f"task {task.id}: the prompt has {_count_images(task.prompt)} {IMAGE_TOKEN} placeholders "
+                         f"for {len(tiles)} images")
+    ids = prompt_ids(tok, task.prompt, vision, tiles)
     n = sum(1 for t in ids if t == vision.image_token_id)
     if n != len(pixels) * vision.tokens_per_image:
-        raise ValueError(f"task {task.id}: {n} image tokens in the prompt for {len(pixels)} images x "
-                         f"{vision.tokens_per_image} tokens per image")
+        raise ValueError(f"task {task.id}: {n} image tokens in the prompt for {len(pixels)} image tiles x "
+                         f"{vision.tokens_per_image} tokens per tile")
     return ids, pixels
 
 

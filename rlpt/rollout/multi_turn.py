@@ -173,8 +173,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         for i, t in enumerate(tasks):
             # The G episodes of a task start from one observation, so they share one prefill.
             if first[i] is not None and not isinstance(first[i], str | list):  # text and images
-                text, px = observation_parts(first[i], vision, f"task {t.id} reset")
-                ids = prompt_ids(tok, text, vision if px is not None else None)
+                text, px, tiles = observation_parts(first[i], vision, f"task {t.id} reset")
+                ids = prompt_ids(tok, text, vision if px is not None else None, tiles)
             else:
                 ids, px = prompt_ids(tok, first[i] if first[i] is not None else t.prompt), None
             if vision is not None:
@@ -212,10 +212,10 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
             appended, limits = [None] * len(eps), np.ones(len(eps), np.int32)
             new_images = [None] * len(eps)
             for r, obs in _step_all(pool, eps, list(actions), actions):
-                text, px = observation_parts(obs, vision, f"task {tasks[r // G].id} turn {eps[r].turns}")
+                text, px, tiles = observation_parts(obs, vision, f"task {tasks[r // G].id} turn {eps[r].turns}")
                 ids = observation_ids(tok, text)
                 if px is not None:
-                    ids = expand_image_markers(tok, ids, vision, len(px))
+                    ids = expand_image_markers(tok, ids, vision, len(tiles), tiles)
                 room = N - len(eps[r].tokens) - len(ids)
                 if eps[r].turns >= max_turns:
                     eps[r].end("turn_limit")  # a custom env without its own step limit

@@ -43,3 +43,33 @@ def test_bad_images_name_the_sample():
         preprocess([np.zeros((4, 4, 3), np.float32)], 16)
     with pytest.raises(ValueError, match="numpy array or a PIL image"):
         preprocess(["not an image"], 16)
+
+
+def test_tile_grids_follow_the_aspect_ratio():
+    from rlpt.models.image_processing import tile_grid
+
+    assert tile_grid(32, 32, 32, 4) == (1, 1)
+    assert tile_grid(32, 64, 32, 4) == (1, 2)  # wide: two tiles side by side
+    assert tile_grid(96, 30, 32, 4) == (3, 1)  # tall
+    assert tile_grid(64, 64, 32, 4) == (2, 2)
+    assert tile_grid(64, 64, 32, 3) == (1, 1)  # 1 x 2 keeps no more of a square image, and wastes more
+    assert tile_grid(500, 500, 32, 1) == (1, 1)
+
+
+def test_tiles_are_a_thumbnail_then_the_grid_row_major():
+    from rlpt.models.image_processing import preprocess_tiles, tile
+
+    rng = np.random.default_rng(0)
+    wide = rng.integers(0, 256, (32, 64, 3), dtype=np.uint8)
+    tiles = tile(wide, 32, 4)
+    assert len(tiles) == 3
+    np.testing.assert_array_equal(tiles[1], wide[:, :32])  # the image already fits the 1 x 2 grid: no resampling
+    np.testing.assert_array_equal(tiles[2], wide[:, 32:])
+    np.testing.assert_array_equal(tiles[0], np.asarray(Image.fromarray(wide).resize((32, 32), Image.BICUBIC)))
+    square = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    pixels, counts = preprocess_tiles([wide, square], 32, 4, sample_ids=["a", "b"])
+    assert counts == [3, 1] and pixels.shape == (4, 3, 32, 32)
+    np.testing.assert_allclose(pixels[3], preprocess([square], 32)[0])
+    assert len(tile(wide, 32, 1)) == 1  # max_tiles 1: the image alone (preprocess resizes it)
+    with pytest.raises(ValueError, match="sample 'b'"):
+        preprocess_tiles([wide, np.zeros((0, 3, 3), np.uint8)], 32, 4, sample_ids=["a", "b"])
