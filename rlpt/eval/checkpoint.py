@@ -36,7 +36,12 @@ def _orbax_params(cfg, directory: str):
     state = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
     manager.close()
     params = state["params"]
-    if cfg.lora.rank > 0:
+    if "vlm" in state.get("frozen", {}):  # a vision-language model trained in parts (LoRA, a frozen tower)
+        from rlpt.models.transformer import merged_params
+        from rlpt.train.lora import vlm_join
+
+        params = merged_params(vlm_join(params, state["frozen"]["vlm"], cfg.lora))
+    elif cfg.lora.rank > 0:
         from rlpt.train.lora import merge_lora
 
         params = merge_lora(state["frozen"]["base"], params, cfg.lora)

@@ -15,6 +15,7 @@ from rlpt.kernels.layouts import apply_layout_batch
 from rlpt.models import Model, ModelConfig
 from rlpt.models.model import model_from
 from rlpt.models.transformer import merged_params, param_axes
+from rlpt.models.vision import VLMConfig, vlm_param_axes
 from rlpt.parallel import (
     HostGlobal,
     HostLocal,
@@ -26,7 +27,7 @@ from rlpt.parallel import (
     named_sharding,
 )
 from rlpt.train.checkpoint import Checkpointer
-from rlpt.train.lora import init_lora, lora_axes, lora_params
+from rlpt.train.lora import init_lora, lora_axes, lora_params, vlm_join, vlm_parts
 from rlpt.train.optim import make_optimizer, make_schedule
 from rlpt.train.preflight import run_fingerprint
 from rlpt.train.source import base_model, export_checkpoint
@@ -160,10 +161,23 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
             model = init.placed(mesh)  # also across meshes and processes
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
-        if cfg.lora.rank > 0 and cfg.model.vision is not None:
-            raise ValueError("lora.rank > 0 does not combine with model.vision: LoRA adapters target the text "
-                             "model's parameters only; set lora.rank=0 to train the vision-language model fully")
-        if cfg.lora.rank > 0:
+        vlm = isinstance(model.config, VLMConfig)
+        if vlm and (cfg.lora.rank > 0 or not model.config.vision.train):
+            # LoRA on the decoder and/or a frozen tower: only the trainable parts carry optimizer state
+            key = jax.random.key(cfg.train.seed + 1)
+            train_tower = model.config.vision.train
+            shapes = jax.eval_shape(lambda p: vlm_parts(p, cfg.lora, train_tower, key)[0], model.params)
+            axes = vlm_param_axes(model.config) | ({"text": lora_axes(cfg.lora)} if cfg.lora.rank > 0 else {})
+            placed = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), {k: axes[k] for k in shapes},
+                                  shapes, is_leaf=lambda x: isinstance(x, tuple))
+            trainable = jax.jit(lambda p, k: vlm_parts(p, cfg.lora, train_tower, k)[0], out_shardings=placed)(
+                model.params, key)
+            frozen["vlm"] = {k: model.params[k] for k in ("text", "vision")
+                             if k not in trainable or (k == "text" and cfg.lora.rank > 0)}
+
+            def params_fn(parts, fr):
+                return vlm_join(parts, fr["vlm"], cfg.lora)
+        elif cfg.lora.rank > 0:
             shapes = jax.eval_shape(lambda p: init_lora(p, cfg.lora, jax.random.key(0)), model.params)
             placed = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), lora_axes(cfg.lora), shapes,
                                   is_leaf=lambda x: isinstance(x, tuple))

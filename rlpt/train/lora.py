@@ -54,3 +54,23 @@ def merge_lora(base: dict, adapters: dict, cfg: LoraConfig) -> dict:
     """base + (alpha / rank) * A @ B reshaped onto each target (added in f32, in the base's dtype): the plain
     parameters of the adapted model, for export and the sampler. A pure function, differentiable in adapters."""
     return merged_params(lora_params(base, adapters, cfg))
+
+
+def vlm_parts(params: dict, cfg: LoraConfig, train_tower: bool, rng) -> tuple[dict, dict]:
+    """(trainable, frozen) parts of a vision-language model's {"text", "vision", "projector"} parameters: the
+    text model's LoRA adapters (lora.rank > 0; its weights frozen) or its weights, the projector, and the tower
+    unless model.vision.train is false (then it is frozen: no gradient, no optimizer state, no weight decay)."""
+    trainable, frozen = {"projector": params["projector"]}, {}
+    if cfg.rank > 0:
+        trainable["text"], frozen["text"] = init_lora(params["text"], cfg, rng), params["text"]
+    else:
+        trainable["text"] = params["text"]
+    (trainable if train_tower else frozen)["vision"] = params["vision"]
+    return trainable, frozen
+
+
+def vlm_join(trainable: dict, frozen: dict, cfg: LoraConfig) -> dict:
+    """The VLM's parameters from `vlm_parts`: LoRA targets as `LoraWeight`s (applied in the forward pass)."""
+    text = lora_params(frozen["text"], trainable["text"], cfg) if "text" in frozen else trainable["text"]
+    vision = trainable["vision"] if "vision" in trainable else frozen["vision"]
+    return {"text": text, "vision": vision, "projector": trainable["projector"]}

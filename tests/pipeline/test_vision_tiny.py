@@ -11,8 +11,9 @@ TINY = ["experiment=vision_tiny", "rl.sft_steps=4", "rl.sft_check_every=2", "rl.
 
 
 @pytest.mark.slow
-def test_vision_tiny_pulse_and_checkpoint_eval(tmp_path):
-    result = rlpt.run(TINY + [f"train.out_dir={tmp_path}"])
+@pytest.mark.parametrize("extra", [[], ["lora.rank=4"]])
+def test_vision_tiny_pulse_and_checkpoint_eval(tmp_path, extra):
+    result = rlpt.run(TINY + extra + [f"train.out_dir={tmp_path}"])
     assert {"sft_pass1", "rl_pass1", "wall_s"} <= set(result.summary) and result.summary["rl_steps"] == 2
     from rlpt.eval.checkpoint import load_policy
     from rlpt.eval.heldout import evaluate, heldout_tasks

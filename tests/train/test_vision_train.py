@@ -171,3 +171,35 @@ def test_dpo_pairs_carry_the_prompts_images(setup):
                                                                              "c_")), rtol=1e-5)
     blank = dict(arrays, c_pixel_values=np.zeros_like(arrays["c_pixel_values"]))
     assert np.abs(np.asarray(fwd(model.params, blank)[0]) - np.asarray(chosen)).max() > 1e-4  # the images matter
+
+
+@pytest.mark.parametrize("overrides", [["lora.rank=4", "lora.targets=[wq,wv]"],
+                                       ["model.vision.train=false", "optim.weight_decay=0.1"]])
+def test_lora_and_a_frozen_tower_train_only_their_parts(overrides, tmp_path):
+    from rlpt.train.loop import make_trainer
+    from rlpt.train.losses import sft_loss
+
+    cfg = compose(SMALL + overrides + ["train.ckpt_every=0", f"train.out_dir={tmp_path}", "optim.lr=1e-2",
+                                       "optim.warmup_steps=0"])
+    trainer = make_trainer(cfg, sft_loss)
+    lora = cfg.lora.rank > 0
+    assert set(trainer.state.params) == ({"text", "vision", "projector"} if lora else {"text", "projector"})
+    batch, _ = SFTData(cfg.data, builtin_tokenizer(), 0, domains=domain_mixture(cfg),
+                       vision=trainer.model_cfg.vision).next_batch()
+    before = jax.device_get(trainer.model().params)
+    for _ in range(2):
+        trainer.step(batch)
+    after = jax.device_get(trainer.model().params)
+
+    def same(a, b):
+        return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+
+    assert not same(before["projector"], after["projector"])
+    if lora:  # the adapted targets move (merged into the policy), every other text weight stays
+        assert not same(before["text"]["layers"]["wq"], after["text"]["layers"]["wq"])
+        assert same(before["text"]["layers"]["wk"], after["text"]["layers"]["wk"])
+        assert same(before["text"]["embed"], after["text"]["embed"])
+        assert not same(before["vision"], after["vision"])
+    else:  # no gradient and no weight decay on the frozen tower
+        assert same(before["vision"], after["vision"])
+        assert not same(before["text"], after["text"])
