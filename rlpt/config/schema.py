@@ -59,6 +59,9 @@ class LoraConfig:
     rank: int = num(0, ge=0)
     alpha: float = num(16.0, gt=0)
     targets: list[str] = dataclasses.field(default_factory=lambda: ["wq", "wk", "wv", "wo"])
+    # model.vision: adapters on these vision-tower projections too (wq, wk, wv, wo, fc1, fc2), the tower's weights
+    # then frozen; empty: the tower trains fully (or not at all with model.vision.train=false)
+    vision_targets: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

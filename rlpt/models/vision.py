@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models.config import DTYPES, SELECT_STRATEGIES, ModelConfig, VisionConfig  # noqa: F401  (re-exported)
+from rlpt.models.transformer import dense
 from rlpt.models.transformer import forward as text_forward
 from rlpt.models.transformer import init_params as text_init_params
 from rlpt.models.transformer import param_axes as text_param_axes
@@ -136,17 +137,19 @@ def patchify(pixel_values, patch: int):
 
 
 def _encoder_block(vc: VisionConfig, x, lp, dtype):
+    """One pre-norm encoder block; the projections go through the decoder's `dense` (f32 accumulation; a LoRA
+    target, lora.vision_targets, is a `LoraWeight` there)."""
     h = layer_norm(x, lp["ln1_w"], lp["ln1_b"], vc.layer_norm_eps)
-    q = jnp.einsum("npd,dhk->nphk", h, lp["wq"].astype(dtype)) + lp["bq"].astype(dtype)
-    k = jnp.einsum("npd,dhk->nphk", h, lp["wk"].astype(dtype)) + lp["bk"].astype(dtype)
-    v = jnp.einsum("npd,dhk->nphk", h, lp["wv"].astype(dtype)) + lp["bv"].astype(dtype)
+    q = dense("npd,dhk->nphk", h, lp["wq"], dtype) + lp["bq"].astype(dtype)
+    k = dense("npd,dhk->nphk", h, lp["wk"], dtype) + lp["bk"].astype(dtype)
+    v = dense("npd,dhk->nphk", h, lp["wv"], dtype) + lp["bv"].astype(dtype)
     scores = jnp.einsum("nqhk,nshk->nhqs", q, k).astype(jnp.float32) * vc.head_dim ** -0.5
     probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
     attn = jnp.einsum("nhqs,nshk->nqhk", probs, v)
-    x = x + jnp.einsum("nqhk,hkd->nqd", attn, lp["wo"].astype(dtype)) + lp["bo"].astype(dtype)
+    x = x + dense("nqhk,hkd->nqd", attn, lp["wo"], dtype) + lp["bo"].astype(dtype)
     h = layer_norm(x, lp["ln2_w"], lp["ln2_b"], vc.layer_norm_eps)
-    h = jax.nn.gelu(jnp.einsum("npd,df->npf", h, lp["fc1"].astype(dtype)) + lp["b1"].astype(dtype), approximate=True)
-    return x + jnp.einsum("npf,fd->npd", h, lp["fc2"].astype(dtype)) + lp["b2"].astype(dtype)
+    h = jax.nn.gelu(dense("npd,df->npf", h, lp["fc1"], dtype) + lp["b1"].astype(dtype), approximate=True)
+    return x + dense("npf,fd->npd", h, lp["fc2"], dtype) + lp["b2"].astype(dtype)
 
 
 def vision_hidden_states(vparams, vc: VisionConfig, pixel_values, dtype=jnp.float32) -> list:

@@ -27,7 +27,7 @@ from rlpt.parallel import (
     named_sharding,
 )
 from rlpt.train.checkpoint import Checkpointer
-from rlpt.train.lora import init_lora, lora_axes, lora_params, vlm_join, vlm_parts
+from rlpt.train.lora import init_lora, lora_axes, lora_params, vlm_join, vlm_parts, vlm_parts_axes
 from rlpt.train.optim import make_optimizer, make_schedule
 from rlpt.train.preflight import run_fingerprint
 from rlpt.train.source import base_model, export_checkpoint
@@ -162,18 +162,19 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
         optimizer = make_optimizer(cfg.optim, cfg.train.steps)
         params_fn, frozen = None, dict(extra_frozen(model) if extra_frozen else {})
         vlm = isinstance(model.config, VLMConfig)
-        if vlm and (cfg.lora.rank > 0 or not model.config.vision.train):
+        if vlm and (cfg.lora.rank > 0 or cfg.lora.vision_targets or not model.config.vision.train):
             # LoRA on the decoder and/or a frozen tower: only the trainable parts carry optimizer state
             key = jax.random.key(cfg.train.seed + 1)
             train_tower = model.config.vision.train
             shapes = jax.eval_shape(lambda p: vlm_parts(p, cfg.lora, train_tower, key)[0], model.params)
-            axes = vlm_param_axes(model.config) | ({"text": lora_axes(cfg.lora)} if cfg.lora.rank > 0 else {})
-            placed = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), {k: axes[k] for k in shapes},
-                                  shapes, is_leaf=lambda x: isinstance(x, tuple))
+            axes = vlm_parts_axes(cfg.lora, vlm_param_axes(model.config), shapes)
+            placed = jax.tree.map(lambda names, s: named_sharding(mesh, names, s.shape), axes, shapes,
+                                  is_leaf=lambda x: isinstance(x, tuple))
             trainable = jax.jit(lambda p, k: vlm_parts(p, cfg.lora, train_tower, k)[0], out_shardings=placed)(
                 model.params, key)
-            frozen["vlm"] = {k: model.params[k] for k in ("text", "vision")
-                             if k not in trainable or (k == "text" and cfg.lora.rank > 0)}
+            frozen["vlm"] = {k: model.params[k] for k in ("text", "vision")  # the weights under adapters, or frozen
+                             if k not in trainable or (k == "text" and cfg.lora.rank > 0)
+                             or (k == "vision" and cfg.lora.vision_targets)}
 
             def params_fn(parts, fr):
                 return vlm_join(parts, fr["vlm"], cfg.lora)

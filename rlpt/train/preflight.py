@@ -23,7 +23,10 @@ _VALUE_FLAGS = {"-cn": "name", "--config-name": "name"}
 
 def run_fingerprint(model_cfg, cfg) -> str:
     """The fingerprint make_trainer gives the checkpoints of a run (shapes of the saved state)."""
-    return fingerprint(model_fields(model_cfg), dataclasses.asdict(cfg.optim), dataclasses.asdict(cfg.lora))
+    lora = dataclasses.asdict(cfg.lora)
+    if not lora.get("vision_targets", 1):  # the fingerprint LoRA checkpoints had before lora.vision_targets
+        del lora["vision_targets"]
+    return fingerprint(model_fields(model_cfg), dataclasses.asdict(cfg.optim), lora)
 
 
 def model_fields(model_cfg) -> dict:

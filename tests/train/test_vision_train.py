@@ -174,6 +174,7 @@ def test_dpo_pairs_carry_the_prompts_images(setup):
 
 
 @pytest.mark.parametrize("overrides", [["lora.rank=4", "lora.targets=[wq,wv]"],
+                                       ["lora.rank=4", "lora.targets=[wq]", "lora.vision_targets=[wq,fc1]"],
                                        ["model.vision.train=false", "optim.weight_decay=0.1"]])
 def test_lora_and_a_frozen_tower_train_only_their_parts(overrides, tmp_path):
     from rlpt.train.loop import make_trainer
@@ -199,7 +200,12 @@ def test_lora_and_a_frozen_tower_train_only_their_parts(overrides, tmp_path):
         assert not same(before["text"]["layers"]["wq"], after["text"]["layers"]["wq"])
         assert same(before["text"]["layers"]["wk"], after["text"]["layers"]["wk"])
         assert same(before["text"]["embed"], after["text"]["embed"])
-        assert not same(before["vision"], after["vision"])
+        tower = before["vision"]["layers"], after["vision"]["layers"]
+        if cfg.lora.vision_targets:  # the tower's adapted projections move, the rest of the tower stays
+            assert not same(tower[0]["wq"], tower[1]["wq"]) and not same(tower[0]["fc1"], tower[1]["fc1"])
+            assert same(tower[0]["wk"], tower[1]["wk"]) and same(before["vision"]["patch"], after["vision"]["patch"])
+        else:
+            assert not same(before["vision"], after["vision"])
     else:  # no gradient and no weight decay on the frozen tower
         assert same(before["vision"], after["vision"])
         assert not same(before["text"], after["text"])
