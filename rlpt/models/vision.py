@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models.config import DTYPES, SELECT_STRATEGIES, ModelConfig, VisionConfig  # noqa: F401  (re-exported)
-from rlpt.models.transformer import dense
+from rlpt.models.transformer import LoraWeight, dense
 from rlpt.models.transformer import forward as text_forward
 from rlpt.models.transformer import init_params as text_init_params
 from rlpt.models.transformer import param_axes as text_param_axes
@@ -136,20 +136,27 @@ def patchify(pixel_values, patch: int):
     return x.transpose(0, 2, 4, 1, 3, 5).reshape(N, (H // patch) * (W // patch), C * patch * patch)
 
 
+def _proj(eq, x, w, dtype):
+    """A tower projection: einsum in the compute dtype; a LoRA target (lora.vision_targets, a `LoraWeight`) goes
+    through the decoder's `dense`, which applies its adapters."""
+    if isinstance(w, LoraWeight):
+        return dense(eq, x, w, dtype)
+    return jnp.einsum(eq, x, w.astype(dtype))
+
+
 def _encoder_block(vc: VisionConfig, x, lp, dtype):
-    """One pre-norm encoder block; the projections go through the decoder's `dense` (f32 accumulation; a LoRA
-    target, lora.vision_targets, is a `LoraWeight` there)."""
+    """One pre-norm encoder block."""
     h = layer_norm(x, lp["ln1_w"], lp["ln1_b"], vc.layer_norm_eps)
-    q = dense("npd,dhk->nphk", h, lp["wq"], dtype) + lp["bq"].astype(dtype)
-    k = dense("npd,dhk->nphk", h, lp["wk"], dtype) + lp["bk"].astype(dtype)
-    v = dense("npd,dhk->nphk", h, lp["wv"], dtype) + lp["bv"].astype(dtype)
+    q = _proj("npd,dhk->nphk", h, lp["wq"], dtype) + lp["bq"].astype(dtype)
+    k = _proj("npd,dhk->nphk", h, lp["wk"], dtype) + lp["bk"].astype(dtype)
+    v = _proj("npd,dhk->nphk", h, lp["wv"], dtype) + lp["bv"].astype(dtype)
     scores = jnp.einsum("nqhk,nshk->nhqs", q, k).astype(jnp.float32) * vc.head_dim ** -0.5
     probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
     attn = jnp.einsum("nhqs,nshk->nqhk", probs, v)
-    x = x + dense("nqhk,hkd->nqd", attn, lp["wo"], dtype) + lp["bo"].astype(dtype)
+    x = x + _proj("nqhk,hkd->nqd", attn, lp["wo"], dtype) + lp["bo"].astype(dtype)
     h = layer_norm(x, lp["ln2_w"], lp["ln2_b"], vc.layer_norm_eps)
-    h = jax.nn.gelu(dense("npd,df->npf", h, lp["fc1"], dtype) + lp["b1"].astype(dtype), approximate=True)
-    return x + dense("npf,fd->npd", h, lp["fc2"], dtype) + lp["b2"].astype(dtype)
+    h = jax.nn.gelu(_proj("npd,df->npf", h, lp["fc1"], dtype) + lp["b1"].astype(dtype), approximate=True)
+    return x + _proj("npf,fd->npd", h, lp["fc2"], dtype) + lp["b2"].astype(dtype)
 
 
 def vision_hidden_states(vparams, vc: VisionConfig, pixel_values, dtype=jnp.float32) -> list:
