@@ -1,7 +1,7 @@
 """Held-out pass@1 on procedural tasks: greedy generation through the sampler, scored by each domain's verifier."""
 import numpy as np
 
-from rlpt.rollout.format import response_text, task_prompt_or_blank
+from rlpt.rollout.format import batch_prompts, policy_vision, response_text, sampler_images
 
 
 def heldout_tasks(domains: list[str], tiers: dict[str, list[int]], per_domain: int, offset: int = 0):
@@ -40,18 +40,17 @@ def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 1
     sampler = generate if sampler is None else sampler
     run = sampler if model is None else (lambda *a, **kw: sampler(model, *a, **kw))
 
-    vision = getattr(getattr(model, "config", None), "vision", None)  # a VisionLanguageModel: tasks' images go in
+    vision = policy_vision(model)  # a VisionLanguageModel: each task's images go in with it
     scores = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
-        inputs = [task_prompt_or_blank(tok, t, vision) for t in chunk]  # a corrupt image: logged, scored 0
-        images = {} if vision is None else {"images": np.concatenate([px for _, px, _ in inputs])}
-        out = run([ids for ids, _, _ in inputs], max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids),
-                  **sampler_kwargs, **images)
+        prompts, pixels, ok = batch_prompts(tok, chunk, vision)  # a corrupt image: logged, scored 0
+        out = run(prompts, max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids),
+                  **sampler_kwargs, **sampler_images(pixels))
         toks = np.asarray(out.tokens)
-        for t, row, n, (_, _, ok) in zip(chunk, toks, np.asarray(out.lengths), inputs):
+        for t, row, n, fine in zip(chunk, toks, np.asarray(out.lengths), ok):
             verdict = get_domain(t.domain).verify(t, response_text(tok, row[:int(n)]))
-            scores.append((t.domain, float(verdict.passed and ok)))
+            scores.append((t.domain, float(verdict.passed and fine)))
     per = {}
     for d, s in scores:
         per.setdefault(d, []).append(s)

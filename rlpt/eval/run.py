@@ -12,22 +12,21 @@ RESPONSE_CLIP = 400  # characters of each greedy response kept in results.json
 def model_responses(model, tok, tasks, max_new: int, *, n: int = 1, temperature: float = 0.0, top_k: int = 0,
                     top_p: float = 1.0, seed: int = 0, batch_size: int = 32) -> list[list[str]]:
     """n decoded responses per task (greedy when temperature is 0) through rlpt.sampling.generate."""
-    from rlpt.rollout.format import response_text, task_prompt_or_blank
+    from rlpt.rollout.format import batch_prompts, policy_vision, response_text, sampler_images
     from rlpt.sampling import generate
 
-    vision = getattr(getattr(model, "config", None), "vision", None)  # a VisionLanguageModel: tasks carry images
+    vision = policy_vision(model)  # a VisionLanguageModel: each task's images go in with it
     out: list[list[str]] = []
     for start in range(0, len(tasks), batch_size):
         chunk = tasks[start:start + batch_size]
-        inputs = [task_prompt_or_blank(tok, t, vision) for t in chunk]  # a corrupt image: logged, answered ""
-        images = {} if vision is None else {"images": np.concatenate([px for _, px, _ in inputs])}
-        gen = generate(model, [ids for ids, _, _ in inputs], max_new, n=n, temperature=temperature,
+        prompts, pixels, ok = batch_prompts(tok, chunk, vision)  # a corrupt image: logged, answered ""
+        gen = generate(model, prompts, max_new, n=n, temperature=temperature,
                        top_k=top_k or None, top_p=top_p if top_p < 1.0 else None, stop_ids=tuple(tok.eos_ids),
-                       seed=seed + start, keep_state=False, **images)
+                       seed=seed + start, keep_state=False, **sampler_images(pixels))
         toks, lens = np.asarray(gen.tokens), np.asarray(gen.lengths)  # (len(chunk) * n, max_new), (len * n,)
         for i in range(len(chunk)):  # rows are prompt-major
-            ok = inputs[i][2]
-            out.append([response_text(tok, toks[i * n + j, :int(lens[i * n + j])]) if ok else "" for j in range(n)])
+            out.append([response_text(tok, toks[i * n + j, :int(lens[i * n + j])]) if ok[i] else ""
+                        for j in range(n)])
     return out
 
 

@@ -276,12 +276,15 @@ class VisionLanguageModel:
 
     def prompt_embeds(self, tokens, lengths, images):
         """Input embeddings (B, T, D) of right-padded prompts (B, T) with their images spliced in."""
-        return _jit_prompt_embeds(self.config, self.params, tokens, lengths, images)
+        valid = np.arange(tokens.shape[1])[None, :] < np.asarray(lengths)[:, None]
+        return _jit_embeds(self.config, self.params, tokens, valid, images)
 
     def feed_embeds(self, feed, lengths, images):
         """Input embeddings (B, Ta, D) of a continuation's right-padded feed (B, Ta), whose column 0 is each row's
         last sampled token (text, whatever its id), with `images` spliced in at the appended image tokens."""
-        return _jit_feed_embeds(self.config, self.params, feed, lengths, images)
+        cols = np.arange(feed.shape[1])[None, :]
+        return _jit_embeds(self.config, self.params, feed, (cols >= 1) & (cols < np.asarray(lengths)[:, None]),
+                           images)
 
     def placed(self, mesh) -> "VisionLanguageModel":
         """This model with its params on `mesh` by the logical-axis rules (call under rlpt.parallel.axis_rules)."""
@@ -309,13 +312,5 @@ def _jit_vlm_forward(cfg, params, tokens, pixel_values, positions, segment_ids):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _jit_prompt_embeds(cfg, params, tokens, lengths, images):
-    valid = jnp.arange(tokens.shape[1])[None, :] < lengths[:, None]
+def _jit_embeds(cfg, params, tokens, valid, images):
     return merge_embeddings(params, cfg, tokens, image_features(params, cfg, images), valid)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _jit_feed_embeds(cfg, params, feed, lengths, images):
-    cols = jnp.arange(feed.shape[1])[None, :]
-    valid = (cols >= 1) & (cols < lengths[:, None])
-    return merge_embeddings(params, cfg, feed, image_features(params, cfg, images), valid)

@@ -221,3 +221,22 @@ def task_prompt_or_blank(tok, task, vision=None) -> tuple[list[int], np.ndarray 
         ids = prompt_ids(tok, task.prompt, vision)
         n = sum(1 for t in ids if t == vision.image_token_id) // vision.tokens_per_image
         return ids, np.zeros((n, vision.num_channels, vision.image_size, vision.image_size), np.float32), False
+
+
+def policy_vision(model):
+    """The policy's VisionConfig (a VisionLanguageModel's), or None for a text model (or no model)."""
+    return getattr(getattr(model, "config", None), "vision", None)
+
+
+def batch_prompts(tok, tasks, vision=None) -> tuple[list[list[int]], list | None, list[bool]]:
+    """(prompt ids per task, pixel_values per task or None for a text policy, ok per task) for a batch of tasks
+    (`task_prompt_or_blank`: a task with a corrupt image is sampled on blank pixels and marked not ok)."""
+    inputs = [task_prompt_or_blank(tok, t, vision) for t in tasks]
+    pixels = None if vision is None else [px for _, px, _ in inputs]
+    return [ids for ids, _, _ in inputs], pixels, [ok for _, _, ok in inputs]
+
+
+def sampler_images(pixels) -> dict:
+    """The sampler's images kwarg for `batch_prompts`' pixels: {} for a text policy, else every task's images in
+    prompt order."""
+    return {} if pixels is None else {"images": np.concatenate(pixels)}

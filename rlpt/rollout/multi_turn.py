@@ -15,6 +15,7 @@ from rlpt.rollout.format import (
     expand_image_markers,
     observation_ids,
     observation_parts,
+    policy_vision,
     prompt_ids,
     response_text,
 )
@@ -137,7 +138,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         else:
             def make_env(task):
                 return default_env(task, max_turns=max_turns, **env_kwargs)
-    vision = getattr(getattr(model, "config", None), "vision", None)  # a VLM: observations may hold images
+    vision = policy_vision(model)  # a VisionLanguageModel: observations may hold images
     stops = tuple(tok.eos_ids)
     sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops,
                     quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)

@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 
-from rlpt.rollout.format import response_text, task_prompt_or_blank
+from rlpt.rollout.format import batch_prompts, policy_vision, response_text, sampler_images
 from rlpt.train.packing import fit_width
 
 
@@ -116,18 +116,13 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     the first row (a process's share of a step: rows draw as in one process, `rlpt.sampling.generate`)."""
     from rlpt.sampling import generate
 
-    vision = getattr(getattr(model, "config", None), "vision", None)  # a VisionLanguageModel: tasks carry pixels
-    prompts, pixels, bad = [], [], []
-    for t in tasks:
-        ids, px, ok = task_prompt_or_blank(tok, t, vision)
-        bad.append(not ok)
+    vision = policy_vision(model)  # a VisionLanguageModel: image tasks carry their pixels
+    prompts, pixels, ok = batch_prompts(tok, tasks, vision)
+    for t, ids in zip(tasks, prompts):
         if len(ids) > rcfg.max_prompt_len:
             raise ValueError(f"task {t.id}: prompt of {len(ids)} tokens exceeds rl.rollout.max_prompt_len="
                              f"{rcfg.max_prompt_len}")
-        prompts.append(ids)
-        pixels.append(px)
-    images = None if vision is None else np.concatenate(pixels)
-    if images is not None and rcfg.refill:
+    if pixels is not None and rcfg.refill:
         raise ValueError("rl.rollout.refill=true does not combine with model.vision (slot refill prefills rows "
                          "without their images); set rl.rollout.refill=false")
     t0 = time.time()
@@ -142,7 +137,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
         out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling, **quant)
     else:
         out = generate(model, prompts, rcfg.max_new_tokens, keep_state=False, prefix_cache=prefix, **sampling,
-                       **quant, **({} if images is None else {"images": images}))
+                       **quant, **sampler_images(pixels))
     response, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     gen_s = time.time() - t0
     t0 = time.time()
@@ -156,7 +151,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
                         gen_s=gen_s, verify_s=time.time() - t0, texts=texts, verdicts=verdicts, reward_texts=own,
                         components=components, prefix_stats=prefix.stats() if prefix is not None else None,
                         images=None if vision is None else [px for px in pixels for _ in range(G)],
-                        dropped=None if vision is None else np.repeat(np.asarray(bad, bool), G))
+                        dropped=None if vision is None else np.repeat(~np.asarray(ok, bool), G))
 
 
 def to_rows(traj: Trajectories, row_len: int, images_per_row: int = 1) -> dict[str, np.ndarray]:

@@ -27,7 +27,7 @@ from rlpt.parallel import (
     named_sharding,
 )
 from rlpt.train.checkpoint import Checkpointer
-from rlpt.train.lora import init_lora, lora_axes, lora_params, vlm_join, vlm_parts, vlm_parts_axes
+from rlpt.train.lora import init_lora, lora_axes, lora_params, vlm_frozen, vlm_join, vlm_parts, vlm_parts_axes
 from rlpt.train.optim import make_optimizer, make_schedule
 from rlpt.train.preflight import run_fingerprint
 from rlpt.train.source import base_model, export_checkpoint
@@ -172,9 +172,7 @@ def make_trainer(cfg: Config, loss_fn_factory, *, extra_frozen: dict | None = No
                                   is_leaf=lambda x: isinstance(x, tuple))
             trainable = jax.jit(lambda p, k: vlm_parts(p, cfg.lora, train_tower, k)[0], out_shardings=placed)(
                 model.params, key)
-            frozen["vlm"] = {k: model.params[k] for k in ("text", "vision")  # the weights under adapters, or frozen
-                             if k not in trainable or (k == "text" and cfg.lora.rank > 0)
-                             or (k == "vision" and cfg.lora.vision_targets)}
+            frozen["vlm"] = vlm_frozen(model.params, cfg.lora, train_tower)
 
             def params_fn(parts, fr):
                 return vlm_join(parts, fr["vlm"], cfg.lora)

@@ -67,26 +67,29 @@ def tower_lora(cfg: LoraConfig) -> LoraConfig:
     return dataclasses.replace(cfg, targets=list(cfg.vision_targets))
 
 
+def vlm_frozen(params: dict, cfg: LoraConfig, train_tower: bool) -> dict:
+    """`vlm_parts`' frozen part alone (no adapters initialised): the weights under adapters, a frozen tower."""
+    if cfg.vision_targets and (cfg.rank == 0 or not train_tower):
+        raise ValueError(f"lora.vision_targets={list(cfg.vision_targets)} needs lora.rank > 0 (it is {cfg.rank}) "
+                         f"and model.vision.train=true (it is {train_tower})")
+    keys = (["text"] if cfg.rank > 0 else []) + (["vision"] if cfg.vision_targets or not train_tower else [])
+    return {k: params[k] for k in keys}
+
+
 def vlm_parts(params: dict, cfg: LoraConfig, train_tower: bool, rng) -> tuple[dict, dict]:
     """(trainable, frozen) parts of a vision-language model's {"text", "vision", "projector"} parameters:
     - the decoder's LoRA adapters (lora.rank > 0; its weights frozen), else its weights;
     - the tower's adapters on lora.vision_targets (its weights frozen), else its weights, or nothing with
       model.vision.train=false (frozen: no gradient, no optimizer state, no weight decay);
     - the projector, always trained."""
-    if cfg.vision_targets and (cfg.rank == 0 or not train_tower):
-        raise ValueError(f"lora.vision_targets={list(cfg.vision_targets)} needs lora.rank > 0 (it is {cfg.rank}) "
-                         f"and model.vision.train=true (it is {train_tower})")
+    frozen = vlm_frozen(params, cfg, train_tower)
     text_rng, tower_rng = jax.random.split(rng)
-    trainable, frozen = {"projector": params["projector"]}, {}
-    if cfg.rank > 0:
-        trainable["text"], frozen["text"] = init_lora(params["text"], cfg, text_rng), params["text"]
-    else:
-        trainable["text"] = params["text"]
+    trainable = {"projector": params["projector"]}
+    trainable["text"] = init_lora(params["text"], cfg, text_rng) if cfg.rank > 0 else params["text"]
     if cfg.vision_targets:
         trainable["vision"] = init_lora(params["vision"], tower_lora(cfg), tower_rng)
-        frozen["vision"] = params["vision"]
-    else:
-        (trainable if train_tower else frozen)["vision"] = params["vision"]
+    elif train_tower:
+        trainable["vision"] = params["vision"]
     return trainable, frozen
 
 
