@@ -68,6 +68,28 @@ def _same_weights(a, b, rel=1e-5):
 
 
 def test_two_processes_of_four_devices_train_as_one_of_eight(tmp_path):
+    _two_and_one(tmp_path)
+
+
+def test_a_checkpoint_resumes_across_process_counts(tmp_path):
+    """2 -> 1 and 1 -> 2 processes: each resumed run continues as the straight one-process run does."""
+    two, one = _two_and_one(tmp_path)
+    shutil.copytree(one.out_dir, tmp_path / "one_to_two")
+    # 2 -> 1: the 2-process checkpoint resumes in 1 process (8 devices) and continues as the 1-process run does
+    more = [o.replace("train.steps=2", "train.steps=3") for o in SFT]
+    resumed = rlpt.run(more + [f"train.out_dir={two}"])
+    straight = rlpt.run(more + [f"train.out_dir={one.out_dir}"])
+    assert resumed.summary["process_count"] == 1 and len(_losses(two)) == 3
+    assert _losses(two) == pytest.approx(_losses(straight.out_dir), rel=1e-5)
+    # 1 -> 2: the 1-process checkpoint resumes in 2 processes
+    proc = _launch("local", "--nproc", "2", "--devices-per-process", "4", "--", sys.executable, "-m", "rlpt.train",
+                   *more, f"train.out_dir={tmp_path / 'one_to_two'}")
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _losses(tmp_path / "one_to_two") == pytest.approx(_losses(straight.out_dir), rel=1e-5)
+
+
+def _two_and_one(tmp_path):
+    """The SFT run as 2 processes of 4 devices and as 1 of 8 (this process): same losses and data; (two, one)."""
     two = tmp_path / "two"
     proc = _launch("local", "--nproc", "2", "--devices-per-process", "4", "--", sys.executable, "-m", "rlpt.train",
                    *SFT, f"train.out_dir={two}")
@@ -83,18 +105,7 @@ def test_two_processes_of_four_devices_train_as_one_of_eight(tmp_path):
     assert one.summary["process_count"] == 1
     assert _losses(two) == pytest.approx(_losses(one.out_dir), rel=1e-5)
     assert [r["data/examples"] for r in _rows(two)] == [r["data/examples"] for r in _rows(one.out_dir)]
-    shutil.copytree(one.out_dir, tmp_path / "one_to_two")
-    # 2 -> 1: the 2-process checkpoint resumes in 1 process (8 devices) and continues as the 1-process run does
-    more = [o.replace("train.steps=2", "train.steps=3") for o in SFT]
-    resumed = rlpt.run(more + [f"train.out_dir={two}"])
-    straight = rlpt.run(more + [f"train.out_dir={one.out_dir}"])
-    assert resumed.summary["process_count"] == 1 and len(_losses(two)) == 3
-    assert _losses(two) == pytest.approx(_losses(straight.out_dir), rel=1e-5)
-    # 1 -> 2: the 1-process checkpoint resumes in 2 processes
-    proc = _launch("local", "--nproc", "2", "--devices-per-process", "4", "--", sys.executable, "-m", "rlpt.train",
-                   *more, f"train.out_dir={tmp_path / 'one_to_two'}")
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert _losses(tmp_path / "one_to_two") == pytest.approx(_losses(straight.out_dir), rel=1e-5)
+    return two, one
 
 
 def test_grpo_as_two_processes_matches_one(tmp_path):
@@ -110,8 +121,13 @@ def test_grpo_as_two_processes_matches_one(tmp_path):
     assert [r["loss"] for r in a] == pytest.approx([r["loss"] for r in b], rel=1e-5, abs=1e-6)
     assert two["tokens_generated"] == one.summary["tokens_generated"]
     _same_weights(tmp_path / "two", tmp_path / "one")
-    # rl.placement=split: the sampler on 4 devices of its own, the trainer's mesh on the other 4, weights copied
-    # after each update; the run is the colocated one
+
+
+def test_grpo_with_the_sampler_on_its_own_devices_matches_colocated(tmp_path):
+    """rl.placement=split: the sampler on 4 devices of its own, the trainer's mesh on the other 4, weights copied
+    after each update; the run is the colocated one."""
+    rlpt.run(GRPO + [f"train.out_dir={tmp_path / 'one'}"])
+    b = _rows(tmp_path / "one" / "rl")
     split = rlpt.run(GRPO + ["rl.placement=split", f"train.out_dir={tmp_path / 'split'}"])
     assert (split.summary["trainer_devices"], split.summary["sampler_devices"]) == (4, 4)
     c = _rows(tmp_path / "split" / "rl")
