@@ -76,7 +76,7 @@ def gold_calls(answers: list[dict], funcs: list[dict]) -> list[tuple[str, dict]]
     out = []
     for answer in answers:
         ((name, params),) = answer.items()
-        args = {p: bfcl._gold(bfcl._first(values)) for p, values in params.items()
+        args = {p: bfcl.gold_value(bfcl.first_answer(values)) for p, values in params.items()
                 if values and ("" not in values or p in required.get(name, ()))}
         out.append((name, args))
     return out

@@ -71,11 +71,12 @@ def _clipped_surrogate(ratio, advantages, mask, clip_low, clip_high, dual_clip, 
 
 
 @register_policy_loss("ppo")
-def ppo_loss(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.2, dual_clip=None,
+def ppo_loss(logp, old_logp, advantages, mask, *, clip_low=0.2, clip_high=0.28, dual_clip=None,
              log_ratio_clamp=None, ratio_cap=None):
     """PPO clipped surrogate: max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)) per token.
 
-    clip_high > clip_low is DAPO's clip-higher. dual_clip=c (> 1) bounds the loss of negative-advantage
+    clip_high > clip_low is DAPO's clip-higher, rlpt's default (0.28; TRL and verl default to a symmetric 0.2:
+    pass clip_high=0.2 for theirs). dual_clip=c (> 1) bounds the loss of negative-advantage
     tokens by -A c (verl always uses c=3; TRL none). log_ratio_clamp=k clamps log r to [-k, k] before exp
     (verl uses 20). ratio_cap caps r in the unclipped branch (TRL `delta`).
     """

@@ -89,7 +89,7 @@ class DataConfig:
     overlong: str = choice("truncate", "truncate", "drop")
     easy_to_hard: bool = False
     pool_size: int = num(4096, ge=1)  # examples generated per procedural pass / shuffled per epoch
-    completion_only: bool = True
+    completion_only: bool = True  # loss on completion tokens only; false: on every token (prompt included)
     # Token layout for context parallelism over mesh.seq > 1: contiguous | zigzag | striped (load-balanced
     # causal work for ring attention); applied once to each batch, exact because masks use positions.
     cp_layout: str = choice("zigzag", "contiguous", "zigzag", "striped")
@@ -131,8 +131,9 @@ class AlgoConfig:
     advantage: str = "grpo"
     advantage_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     policy_loss: str = "ppo"
-    policy_loss_kwargs: dict[str, Any] = dataclasses.field(
-        default_factory=lambda: {"clip_low": 0.2, "clip_high": 0.28})
+    # Overrides of the chosen function's keyword options (their defaults are the function's: ppo clip_low 0.2,
+    # clip_high 0.28 (DAPO's clip-higher); gspo 3e-4 / 4e-4; cispo ratio_max 5); checked at compose time.
+    policy_loss_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     aggregation: str = "token-mean"
     aggregation_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     # step: normalise over the whole optimizer step | micro: per micro-batch, then mean
@@ -428,6 +429,30 @@ class Config:
     observe: ObserveConfig = dataclasses.field(default_factory=ObserveConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
     fleet: FleetConfig = dataclasses.field(default_factory=FleetConfig)
+
+    def check_combinations(self) -> None:
+        """Refuse, at compose time, options of the chosen pieces that do not exist and combinations the code does
+        not support, naming the keys (`validate` runs this after the ranges)."""
+        from rlpt.algos.options import check_algo_options
+        from rlpt.config.validate import ConfigError
+
+        try:
+            check_algo_options(self.rl.algo)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if self.model.vision is not None:
+            if self.mesh.seq > 1:
+                raise ConfigError(f"mesh.seq={self.mesh.seq} with model.vision: rows with images are not "
+                                  "sequence-sharded; set mesh.seq=1")
+            if self.stage in RL_STAGES:
+                for key, on in (("rl.algo.share_prefix", self.rl.algo.share_prefix),
+                                ("rl.rollout.refill", self.rl.rollout.refill)):
+                    if on:
+                        raise ConfigError(f"{key}=true does not combine with model.vision yet (stage={self.stage}); "
+                                          f"set {key}=false")
+
+
+RL_STAGES = ("rl", "quickstart", "agent")  # the stages that run rlpt.pipeline.rl.run_rl (read rl.algo, rl.rollout)
 
 
 def register_configs() -> None:

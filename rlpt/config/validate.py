@@ -140,7 +140,15 @@ def _check(key: str, value, rng: Range) -> None:
 
 
 def validate(cfg, prefix: str = "") -> None:
-    """Check every declared range in the dataclass tree `cfg`; raise ConfigError naming the first bad key."""
+    """Check every declared range in the dataclass tree `cfg`, then (a whole Config) its combinations of options
+    (`Config.check_combinations`); raise ConfigError naming the first bad key."""
+    _check_ranges(cfg, prefix)
+    check = getattr(cfg, "check_combinations", None)
+    if not prefix and check is not None:
+        check()
+
+
+def _check_ranges(cfg, prefix: str = "") -> None:
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         key = f"{prefix}{f.name}"
@@ -148,12 +156,12 @@ def validate(cfg, prefix: str = "") -> None:
         if rng is not None:
             _check(key, value, rng)
         if dataclasses.is_dataclass(value):
-            validate(value, key + ".")
+            _check_ranges(value, key + ".")
         elif isinstance(value, dict):
             for k, v in value.items():
                 if dataclasses.is_dataclass(v):
-                    validate(v, f"{key}.{k}.")
+                    _check_ranges(v, f"{key}.{k}.")
                 elif isinstance(v, dict):  # e.g. reward.per_domain: pattern -> component -> config
                     for k2, v2 in v.items():
                         if dataclasses.is_dataclass(v2):
-                            validate(v2, f"{key}.{k}.{k2}.")
+                            _check_ranges(v2, f"{key}.{k}.{k2}.")

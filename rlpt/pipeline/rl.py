@@ -28,26 +28,25 @@ from rlpt.train.losses import rl_loss, token_logprobs_entropy
 log = logging.getLogger(__name__)
 
 
-def encode_state(state: dict) -> dict:
-    """Curriculum state (numpy arrays, ints) -> JSON-able."""
-    return {k: {"__nd__": v.tolist(), "dtype": str(v.dtype)} if isinstance(v, np.ndarray) else v
-            for k, v in state.items()}
-
-
-def decode_state(state: dict) -> dict:
-    return {k: np.asarray(v["__nd__"], v["dtype"]) if isinstance(v, dict) and "__nd__" in v else v
-            for k, v in state.items()}
-
-
 def rl_config(cfg: Config) -> Config:
     """The stage config: RL steps and learning rate on the shared optimizer schema."""
     return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=cfg.rl.lr),
                                train=dataclasses.replace(cfg.train, steps=cfg.rl.steps))
 
 
-def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
-    """Rows with advantages from the registry; old_logp = the rollout's log-probs (behaviour policy)."""
-    from rlpt.algos import dynamic_sampling_keep, get_advantage, soft_overlong_penalty
+def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = None) -> tuple[dict, dict]:
+    """Rows with advantages from the registry; old_logp = the rollout's log-probs (behaviour policy).
+
+    ref_logp (B, T), the reference policy's log-probs of the rows' targets (rl.algo.kl_in=reward): the advantage
+    estimator gets token rewards r_t - kl_coef * kl_t (`rlpt.algos.kl_in_reward` on the rollout log-probs; an
+    outcome estimator sums them per row, as verl's use_kl_in_reward)."""
+    from rlpt.algos import (
+        dynamic_sampling_keep,
+        get_advantage,
+        kl_in_reward,
+        outcome_token_rewards,
+        soft_overlong_penalty,
+    )
 
     algo = cfg.rl.algo
     rows = to_rows(traj, row_len, cfg.data.images_per_row)
@@ -61,11 +60,17 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
     if algo.overlong_filter:
         mask = mask * (1.0 - jnp.asarray(traj.truncated, jnp.float32))[:, None]
     num_groups = int(traj.group_ids.max()) + 1
+    outcome, extra = rewards, {}
+    if ref_logp is not None:
+        rewards = kl_in_reward(rewards, jnp.asarray(rows["rollout_logp"]), jnp.asarray(ref_logp), mask,
+                               algo.kl_coef, algo.kl_estimator)
+        kl = (outcome_token_rewards(outcome, mask) - rewards) / algo.kl_coef  # kl_t on policy tokens
+        extra["kl_reward/kl"] = float(jnp.sum(kl) / jnp.maximum(jnp.sum(mask), 1.0))
     adv, _ = get_advantage(algo.advantage)(rewards, mask, jnp.asarray(traj.group_ids), num_groups=num_groups,
                                            **algo.advantage_kwargs)
     kept = 1.0
     if algo.dynamic_sampling:
-        _, keep_rows = dynamic_sampling_keep(rewards, jnp.asarray(traj.group_ids), num_groups)
+        _, keep_rows = dynamic_sampling_keep(outcome, jnp.asarray(traj.group_ids), num_groups)
         keep_rows = jnp.asarray(keep_rows, jnp.float32)
         mask = mask * keep_rows[:, None]
         kept = float(jnp.mean(keep_rows))
@@ -76,7 +81,8 @@ def make_batch(traj, cfg: Config, row_len: int) -> tuple[dict, dict]:
         rows["window"] = response_window(traj, rows["inputs"].shape[1])
         if algo.share_prefix:
             check_shared_prefix(rows, cfg.rl.rollout.group_size)
-    extra = {} if traj.dropped is None else {"rollout/dropped_images": float(np.sum(traj.dropped))}
+    if traj.dropped is not None:
+        extra["rollout/dropped_images"] = float(np.sum(traj.dropped))
     return rows, {"rollout/kept_fraction": kept} | extra
 
 
@@ -123,30 +129,33 @@ def recompute_old_logp(trainer, batch: dict, group: int | None = None) -> dict:
     policy) is left to rl.algo.correction_level. Runs in the step's micro-batches (optim.grad_accum);
     group: the shared-prefix group size (rl.algo.share_prefix), None for full rows.
     """
+    logp = rows_logp(trainer, trainer.model().params, batch, group)
+    return dict(batch, old_logp=logp * np.asarray(batch["loss_mask"], np.float32))
+
+
+def rows_logp(trainer, params, batch: dict, group: int | None = None) -> np.ndarray:
+    """(B, T) log-probs of the batch rows' targets under `params` (the trainer's model config, its mesh and
+    micro-batches; no gradient), in row columns (0 outside a logit window)."""
     keys = ("inputs", "targets", "positions", "segment_ids") + tuple(
         k for k in ("window", "pixel_values", "num_images") if k in batch)
     rows = microbatch({k: np.asarray(batch[k]) for k in keys}, trainer.cfg.optim.grad_accum)
     with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
-        logp = _trainer_logp(trainer.model_cfg, trainer.model().params, shard_batch(rows, trainer.mesh), group)
+        logp = _trainer_logp(trainer.model_cfg, params, shard_batch(rows, trainer.mesh), group)
     logp = np.asarray(logp, np.float32).reshape(len(batch["inputs"]), -1)
     if "window" in batch:  # back to row columns
         full = np.zeros(batch["inputs"].shape, np.float32)
         np.put_along_axis(full, np.asarray(batch["window"]), logp, axis=1)
         logp = full
-    return dict(batch, old_logp=logp * np.asarray(batch["loss_mask"], np.float32))
+    return logp
 
 
 def check_algo(algo) -> None:
-    """Fail early on rl.algo settings that would be silently ignored."""
+    """Fail early on rl.algo settings that would be silently ignored (`rlpt.algos.options`; compose runs it too)."""
+    from rlpt.algos.options import check_algo_options
+
     if algo.old_logp not in ("rollout", "recompute"):
         raise ValueError(f"rl.algo.old_logp={algo.old_logp!r}; expected 'rollout' or 'recompute'")
-    if algo.correction_level != "none" and algo.old_logp == "rollout":
-        raise ValueError(f"rl.algo.correction_level={algo.correction_level!r} reweights trainer / rollout "
-                         "log-probs, but rl.algo.old_logp='rollout' makes them the same array (every weight 1): "
-                         "set rl.algo.old_logp=recompute")
-    if algo.share_prefix and not algo.logits_window:
-        raise ValueError("rl.algo.share_prefix=true runs each group's prompt once and the responses in the logit "
-                         "window, so it needs rl.algo.logits_window=true (or set rl.algo.share_prefix=false)")
+    check_algo_options(algo)
 
 
 def restore_history(path: str, start: int) -> list[dict]:
@@ -212,8 +221,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     generating, verifying and preparing the batch; async: while waiting for the producer; both: checkpointing,
     logging, observers), evaluation excluded.
     """
-    from rlpt.tasks.curriculum import build_curriculum
-    from rlpt.tasks.files import rl_domains
+    from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
+    from rlpt.tasks.mixture import rl_domains
 
     if cfg.rl.mode not in ("sync", "async"):
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
@@ -227,7 +236,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     os.makedirs(out_dir, exist_ok=True)
     rcfg = rl_config(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, out_dir=out_dir)))
     algo, G = cfg.rl.algo, cfg.rl.rollout.group_size
-    frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 and algo.kl_in == "loss" else None
+    frozen = (lambda m: {"ref": m.params}) if algo.kl_coef > 0 else None  # the KL reference (loss or reward)
     # Async keeps older policy versions alive for the producer, so their buffers cannot be donated.
     share = shared_prefix_group(cfg)
     trainer_devices, sampler_devices = None, None
@@ -274,6 +283,10 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
                 raise AssertionError(f"step {step}: batch from policy version {traj.version} has staleness "
                                      f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
             t1 = time.time()
+            if algo.kl_coef > 0 and algo.kl_in == "reward":  # the reference's log-probs, then the advantages
+                ref_logp = rows_logp(trainer, trainer.state.frozen["ref"], batch, share)
+                batch, kl_metrics = make_batch(traj, cfg, row_len, ref_logp=ref_logp)
+                bmetrics = bmetrics | kl_metrics
             if algo.old_logp == "recompute":
                 batch = recompute_old_logp(trainer, batch, share)
             metrics = to_float(trainer.step(batch))

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec as P
 from rlpt.models.config import ModelConfig, resolved_remat
 from rlpt.models.transformer import init_params, param_axes
 from rlpt.parallel.rules import logical_spec, named_sharding
-from rlpt.train.packing import fit_width
+from rlpt.rollout.format import fit_width
 
 STAGES = ("sft", "dpo", "rl")
 PLANNED_AS = {"quickstart": "rl", "agent": "rl"}  # train stages that run the RL update
@@ -134,7 +134,7 @@ def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
             head = B * K
             if group is not None:
                 body = r.prompts_per_step * (T - K) + B * K
-        frozen_ref, steps = algo.kl_coef > 0 and algo.kl_in == "loss", cfg.rl.steps
+        frozen_ref, steps = algo.kl_coef > 0, cfg.rl.steps  # kl_in loss or reward
         loss = rl_loss(algo, group, cfg.data.cp_layout)  # as run_rl builds it (streams laid out for mesh.seq)
         flops = train_flops(model_cfg, body, head, attention_flops(model_cfg, B * T, T / 2),
                             forwards_only=float(frozen_ref))

@@ -119,7 +119,7 @@ def run(cfg: Config) -> dict:
     from rlpt.pipeline.producer import mix_rewards
     from rlpt.rewards.mixture import RewardMixture
     from rlpt.tasks.curriculum import build_curriculum
-    from rlpt.tasks.files import rl_domains
+    from rlpt.tasks.mixture import rl_domains
     from rlpt.train.sft import domain_mixture, get_tokenizer
 
     t0 = time.time()
@@ -211,11 +211,11 @@ def run(cfg: Config) -> dict:
 
 
 def _encode(state: dict) -> dict:
-    from rlpt.pipeline.rl import encode_state
+    from rlpt.tasks.curriculum import encode_state
     return encode_state(state)
 
 
 def _decode(state: dict) -> dict:
-    from rlpt.pipeline.rl import decode_state
+    from rlpt.tasks.curriculum import decode_state
     return decode_state(state)
 

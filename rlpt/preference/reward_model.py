@@ -18,9 +18,8 @@ from rlpt.preference.common import sub_config, warm_start
 from rlpt.preference.data import batch_indices, longest_pair
 from rlpt.preference.heads import init_head, last_token_scores, make_head_trainer
 from rlpt.preference.pairs import make_pairs
-from rlpt.rollout.format import completion_ids, prompt_ids
+from rlpt.rollout.format import completion_ids, fit_width, prompt_ids
 from rlpt.train.loop import Progress, finish_run, maybe_resume, to_float
-from rlpt.train.packing import fit_width
 
 HEAD_FILE = "reward_head.npz"
 

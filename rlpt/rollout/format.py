@@ -240,3 +240,11 @@ def sampler_images(pixels) -> dict:
     """The sampler's images kwarg for `batch_prompts`' pixels: {} for a text policy, else every task's images in
     prompt order."""
     return {} if pixels is None else {"images": np.concatenate(pixels)}
+
+
+def fit_width(length: int, cap: int, floor: int = 8) -> int:
+    """Row width for a batch whose longest sequence has `length` tokens: the next power of two (at least
+    `floor`), at most `cap`. Rows no wider than the batch needs, with few distinct shapes to compile."""
+    if length > cap:
+        raise ValueError(f"a sequence of {length} tokens exceeds the row length {cap}")
+    return min(cap, max(floor, 1 << (max(length, 1) - 1).bit_length()))

@@ -4,8 +4,7 @@ import time
 
 import numpy as np
 
-from rlpt.rollout.format import batch_prompts, policy_vision, response_text, sampler_images
-from rlpt.train.packing import fit_width
+from rlpt.rollout.format import batch_prompts, fit_width, policy_vision, response_text, sampler_images
 
 
 @dataclasses.dataclass

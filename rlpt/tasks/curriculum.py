@@ -236,3 +236,14 @@ def _weight(name: str, weights: dict[str, float]) -> float:
         if fnmatch.fnmatchcase(name, pattern):
             return float(w)
     return 1.0
+
+
+def encode_state(state: dict) -> dict:
+    """Curriculum state (numpy arrays, ints) -> JSON-able."""
+    return {k: {"__nd__": v.tolist(), "dtype": str(v.dtype)} if isinstance(v, np.ndarray) else v
+            for k, v in state.items()}
+
+
+def decode_state(state: dict) -> dict:
+    return {k: np.asarray(v["__nd__"], v["dtype"]) if isinstance(v, dict) and "__nd__" in v else v
+            for k, v in state.items()}

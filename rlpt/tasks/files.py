@@ -275,21 +275,6 @@ def require_answers(names) -> None:
                                 "file out of SFT")
 
 
-def rl_domains(cfg):
-    """cfg.domains naming exactly the task mixture of `domain_mixture(cfg)` (RL prompt files included, each
-    with its weight, and its tiers), for consumers that build their own curriculum from cfg.domains
-    (rlpt.pipeline.rl.run_rl: `dataclasses.replace(cfg, domains=rl_domains(cfg))`)."""
-    from rlpt.train.sft import domain_mixture  # the mixture's one definition; imported on use (it pulls in JAX)
-
-    names, weights, _ = domain_mixture(cfg)
-    bad = [n for n in names if any(c in n for c in "*?[")]
-    if bad:
-        raise ValueError(f"domain names {bad} hold glob characters; cfg.domains.include cannot name them exactly")
-    tiers = list(cfg.domains.tiers) if cfg.data.with_domains else []  # as domain_mixture filters them
-    return dataclasses.replace(cfg.domains, include=list(names), weights=dict(zip(names, map(float, weights))),
-                               tiers=tiers)
-
-
 def needed_judges(names) -> list[str]:
     """Judge names the verifier specs of the file domains among `names` score with, in first-seen order: each
     must be registered (rlpt.rewards.register_judge) before the run, or its rows score 0 with the error logged."""

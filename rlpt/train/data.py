@@ -238,6 +238,9 @@ class SFTData:
         if key not in self._cache:
             name, j = key
             ids, mask, pixels = self._example(name, j * self.num_shards + self.shard, with_pixels=True)
+            if not self.cfg.completion_only:  # the loss covers the prompt too (image placeholders excepted)
+                skip = self.vision.image_token_id if self.vision is not None else None
+                mask = [int(t != skip) for t in ids]
             self._cache[key] = shift_example(ids, mask)
             self._pixels[key] = pixels
         return self._cache[key]

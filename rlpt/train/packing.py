@@ -1,13 +1,7 @@
 """Sequence packing: first-fit-decreasing into fixed-length rows with segment ids and per-segment positions."""
 import numpy as np
 
-
-def fit_width(length: int, cap: int, floor: int = 8) -> int:
-    """Row width for a batch whose longest sequence has `length` tokens: the next power of two (at least
-    `floor`), at most `cap`. Rows no wider than the batch needs, with few distinct shapes to compile."""
-    if length > cap:
-        raise ValueError(f"a sequence of {length} tokens exceeds the row length {cap}")
-    return min(cap, max(floor, 1 << (max(length, 1) - 1).bit_length()))
+from rlpt.rollout.format import fit_width  # noqa: F401  (re-exported: the rows SFT packs)
 
 
 def shift_example(ids: list[int], mask: list[int]):

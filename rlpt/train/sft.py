@@ -9,6 +9,7 @@ import numpy as np
 
 from rlpt.config.schema import Config
 from rlpt.observe.tensorboard import TBWriter
+from rlpt.tasks.mixture import domain_mixture  # noqa: F401  (re-exported: rlpt.train.sft.domain_mixture)
 from rlpt.train.data import HostData
 from rlpt.train.loop import Progress, export_hf, finish_run, make_trainer, maybe_resume, to_float
 from rlpt.train.losses import sft_loss
@@ -20,36 +21,6 @@ log = logging.getLogger(__name__)
 def get_tokenizer(cfg: Config):
     """The run's tokenizer: train.init_from's own, else data.tokenizer (rlpt/train/source.py)."""
     return run_tokenizer(cfg)
-
-
-def domain_mixture(cfg: Config):
-    """(names, weights, tiers per domain): the RL prompt files of `kind: rl_jsonl` data sources (weight: the
-    source's) and, when data.with_domains, the `domains` group's domains (weights: domains.weights) with its
-    tier filter domains.tiers over the whole mixture. data.with_domains=false leaves the `domains` group out
-    entirely: the files alone, with all their tiers."""
-    import fnmatch
-
-    from rlpt.tasks import get_domain, resolve
-    from rlpt.tasks.files import file_sources
-
-    files = file_sources(cfg.data)
-    names = [n for n, _ in files]
-    weights = [w for _, w in files]
-    for n in resolve(list(cfg.domains.include), list(cfg.domains.exclude)) if cfg.data.with_domains else []:
-        if n in names:  # a file domain also named in domains.include: its source weight stands
-            continue
-        w = [v for pat, v in cfg.domains.weights.items() if fnmatch.fnmatchcase(n, pat)]
-        names.append(n)
-        weights.append(w[0] if w else 1.0)
-    if not names:
-        raise ValueError("the task mixture is empty: data.with_domains=false and no data source has kind rl_jsonl")
-    tiers, keep = {}, list(cfg.domains.tiers) if cfg.data.with_domains else []
-    for n in names:
-        own = list(get_domain(n).tiers)
-        tiers[n] = [t for t in own if t in keep] if keep else own
-        if not tiers[n]:
-            raise ValueError(f"domains.tiers={keep} leaves no tier of domain {n!r} ({own})")
-    return names, weights, tiers
 
 
 def run(cfg: Config, *, print_result: bool = True) -> dict:

@@ -62,7 +62,7 @@ def measure_refill(overrides: list[str], sft_steps: int, batches: int, max_new_t
     from rlpt.pipeline.cold_start import run as cold_start
     from rlpt.rollout.single_turn import rollout
     from rlpt.tasks.curriculum import build_curriculum
-    from rlpt.tasks.files import rl_domains
+    from rlpt.tasks.mixture import rl_domains
     from rlpt.train.sft import domain_mixture
 
     with tempfile.TemporaryDirectory() as tmp:

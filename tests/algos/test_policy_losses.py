@@ -28,7 +28,7 @@ def test_ppo_symmetric_clip_hand_values():
 
 def test_ppo_gradient_is_zero_on_clipped_tokens():
     def f(logp):
-        return jnp.sum(get_policy_loss("ppo")(logp, OLD, ADV, MASK)[0])
+        return jnp.sum(get_policy_loss("ppo")(logp, OLD, ADV, MASK, clip_high=0.2)[0])
 
     # d(-A r)/dlogp = -A r where unclipped, 0 where the clipped branch is active
     np.testing.assert_allclose(jax.grad(f)(LOGP), [[0.0, -0.5, 1.1, 0.0]], rtol=1e-6)
@@ -42,7 +42,7 @@ def test_ppo_clip_higher():
 def test_ppo_dual_clip_bounds_negative_advantages_only():
     logp = jnp.log(jnp.array([[4.0, 4.0]]))
     adv = jnp.array([[-1.0, 1.0]])
-    loss, m = get_policy_loss("ppo")(logp, jnp.zeros((1, 2)), adv, jnp.ones((1, 2)), dual_clip=3.0)
+    loss, m = get_policy_loss("ppo")(logp, jnp.zeros((1, 2)), adv, jnp.ones((1, 2)), clip_high=0.2, dual_clip=3.0)
     # A < 0: max(4, 1.2) = 4, then min(4, 3) = 3; A > 0: max(-4, -1.2) = -1.2, untouched
     np.testing.assert_allclose(loss, [[3.0, -1.2]], rtol=1e-6)
     assert float(m["dual_clip_frac"]) == pytest.approx(0.5)
@@ -59,7 +59,7 @@ def test_ppo_log_ratio_clamp():
 
 def test_ppo_masked_tokens_are_zero_and_ignored_in_metrics():
     mask = jnp.array([[1.0, 1.0, 0.0, 0.0]])
-    loss, m = get_policy_loss("ppo")(LOGP, OLD, ADV, mask)
+    loss, m = get_policy_loss("ppo")(LOGP, OLD, ADV, mask, clip_high=0.2)
     np.testing.assert_allclose(loss, [[-1.2, -0.5, 0.0, 0.0]], rtol=1e-6)
     assert float(m["clip_frac"]) == pytest.approx(0.5)
     assert float(m["ratio_min"]) == pytest.approx(0.5, rel=1e-6)
@@ -116,6 +116,6 @@ def test_shape_mismatch_names_the_array():
 def test_ppo_ratio_cap_bounds_unclipped_branch():
     logp = jnp.log(jnp.array([[4.0, 4.0]]))
     loss, _ = get_policy_loss("ppo")(logp, jnp.zeros((1, 2)), jnp.array([[-1.0, 1.0]]), jnp.ones((1, 2)),
-                                     ratio_cap=3.0)
+                                     clip_high=0.2, ratio_cap=3.0)
     # A < 0: max(-A min(r, 3), -A clip(r)) = max(3, 1.2); A > 0: max(-3, -1.2) = -1.2
     np.testing.assert_allclose(loss, [[3.0, -1.2]], rtol=1e-6)

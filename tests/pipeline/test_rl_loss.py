@@ -240,3 +240,24 @@ def test_shared_prefix_rejects_rows_that_do_not_share_it():
         check_shared_prefix(rows, 4)
     with pytest.raises(ValueError, match="needs rl.algo.logits_window=true"):
         check_algo(AlgoConfig(logits_window=False))
+
+
+def test_kl_in_reward_folds_the_reference_kl_into_the_grpo_scores():
+    """rl.algo.kl_in=reward (verl's use_kl_in_reward): score_i = r_i - beta * sum_t kl_t, then GRPO's group
+    normalisation; the loss itself carries no KL term. Hand-computed for groups of two."""
+    from rlpt.config import compose
+    from rlpt.pipeline.rl import make_batch
+
+    cfg = compose(["rl.algo.kl_coef=0.5", "rl.algo.kl_in=reward", "rl.algo.kl_estimator=k1"])
+    traj = _traj(4)
+    plain, _ = make_batch(traj, cfg, 64)
+    mask = plain["loss_mask"]
+    ref = (plain["rollout_logp"] - 0.3 * np.random.default_rng(0).random(mask.shape)) * mask
+    rows, metrics = make_batch(traj, cfg, 64, ref_logp=ref)
+    kl_sum = ((plain["rollout_logp"] - ref) * mask).sum(1)  # k1 = logp - ref per policy token
+    score = traj.rewards - 0.5 * kl_sum
+    a, b = score[0::2], score[1::2]
+    adv = np.stack([(a - b) / 2, (b - a) / 2], 1).reshape(-1) / (np.abs(a - b).repeat(2) / np.sqrt(2) + 1e-6)
+    np.testing.assert_allclose(rows["advantages"], adv[:, None] * mask, rtol=1e-4, atol=1e-6)
+    assert metrics["kl_reward/kl"] == pytest.approx(float(kl_sum.sum() / mask.sum()), rel=1e-5)
+    assert not np.allclose(rows["advantages"], plain["advantages"])

@@ -133,7 +133,7 @@ def test_replay_weight_favours_fresh_failures_and_tag_weights():
 
 
 def test_replay_pool_survives_encode_decode_and_old_states():
-    from rlpt.pipeline.rl import decode_state, encode_state
+    from rlpt.tasks.curriculum import decode_state, encode_state
 
     cfg = CurriculumConfig(name="adaptive", min_samples=4, replay_fraction=0.5, replay_capacity=16)
     cur = build_curriculum(cfg, DOMAINS)

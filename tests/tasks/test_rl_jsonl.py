@@ -14,7 +14,8 @@ from rlpt.config.schema import SourceConfig, compose
 from rlpt.rewards.judges import JUDGES, RewardModelJudge, register_judge
 from rlpt.rewards.spec import SpecError, check_spec, parse_spec
 from rlpt.tasks import EVAL_SEED_START, split_of_prompt
-from rlpt.tasks.files import FileTaskError, file_domain, load_rows, register_file, rl_domains
+from rlpt.tasks.files import FileTaskError, file_domain, load_rows, register_file
+from rlpt.tasks.mixture import rl_domains
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 DATA = os.path.join(ROOT, "experiments", "data")

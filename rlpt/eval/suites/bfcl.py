@@ -47,23 +47,24 @@ def render_calls(answers: list[dict], funcs: list[dict]) -> str:
     calls = []
     for answer in answers:
         (name, params), = answer.items()
-        args = [f"{p}={_gold(_first(values))!r}" for p, values in params.items()
+        args = [f"{p}={gold_value(first_answer(values))!r}" for p, values in params.items()
                 if values and ("" not in values or p in required.get(name, ()))]
         calls.append(f"{name}({', '.join(args)})")
     return "[" + ", ".join(calls) + "]"
 
 
-def _first(values: list):
+def first_answer(values: list):
+    """The first non-empty possible answer of a BFCL parameter (its gold value; environments use it too)."""
     return next((v for v in values if v != ""), "")  # a required parameter whose only answer is "" gets ""
 
 
-def _gold(value):
+def gold_value(value):
     """A possible-answer value as a concrete value. As in BFCL's dict checker, dicts (alone or in a list) hold
     {key: [possible values]} one level deep."""
     if isinstance(value, dict):
-        return {k: _first(vs) for k, vs in value.items() if vs and "" not in vs}
+        return {k: first_answer(vs) for k, vs in value.items() if vs and "" not in vs}
     if isinstance(value, list):
-        return [_gold(v) if isinstance(v, dict) else v for v in value]
+        return [gold_value(v) if isinstance(v, dict) else v for v in value]
     return value
 
 

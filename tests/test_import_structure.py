@@ -1,0 +1,76 @@
+"""The package picture (#38): no import of a private name across packages, and no new pair of sibling packages
+that import each other. A package is `rlpt.<name>` (envs/ and kernels/ install as rlpt.envs and rlpt.kernels);
+function-local imports count. KNOWN_CYCLES are the pairs still to untangle: the test fails on a new one, and on a
+listed one that is gone (so the list only shrinks)."""
+import ast
+import os
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KNOWN_CYCLES = {
+    ("rlpt.config", "rlpt.eval"), ("rlpt.config", "rlpt.train"), ("rlpt.envs", "rlpt.eval"),
+    ("rlpt.envs", "rlpt.rewards"), ("rlpt.envs", "rlpt.tasks"), ("rlpt.eval", "rlpt.train"),
+    ("rlpt.models", "rlpt.tasks"), ("rlpt.pipeline", "rlpt.preference"), ("rlpt.rewards", "rlpt.rollout"),
+    ("rlpt.rewards", "rlpt.tasks"),
+}
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "rlpt" and len(parts) > 1 else parts[0]
+
+
+def _modules():
+    """(path, dotted module name) of every source file of the installed packages."""
+    for root in ("rlpt", "envs", "kernels"):
+        for folder, _, files in os.walk(os.path.join(REPO, root)):
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    mod = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+                    yield path, mod if mod.startswith("rlpt") else "rlpt." + mod
+
+
+def _scan():
+    """(edges {(from package, to package): [where]}, private uses [where])."""
+    edges, private = {}, []
+    for path, mod in _modules():
+        here = _package(mod)
+        tree = ast.parse(open(path).read())
+        foreign = set()  # names bound to another package's modules or objects in this file
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("rlpt"):
+                there = _package(node.module)
+                if there == here:
+                    continue
+                edges.setdefault((here, there), []).append(f"{path}:{node.lineno}")
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        private.append(f"{path}:{node.lineno} imports {node.module}.{a.name}")
+                    foreign.add(a.asname or a.name)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("rlpt") and _package(a.name) != here:
+                        edges.setdefault((here, _package(a.name)), []).append(f"{path}:{node.lineno}")
+                        if a.asname:
+                            foreign.add(a.asname)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in foreign
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                private.append(f"{path}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return edges, private
+
+
+def test_no_private_name_is_used_across_packages():
+    _, private = _scan()
+    assert not private, "private names used from another package (make them public or move them):\n" + "\n".join(
+        private)
+
+
+def test_no_new_pair_of_packages_imports_each_other():
+    edges, _ = _scan()
+    mutual = {tuple(sorted(pair)) for pair in edges if pair[::-1] in edges}
+    new = mutual - KNOWN_CYCLES
+    where = {p: edges[p][:3] + edges[p[::-1]][:3] for p in new}
+    assert not new, f"packages that now import each other: {where}"
+    gone = KNOWN_CYCLES - mutual
+    assert not gone, f"untangled (remove them from KNOWN_CYCLES): {sorted(gone)}"
