@@ -43,8 +43,8 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
     from rlpt.algos import (
         dynamic_sampling_keep,
         get_advantage,
+        get_kl,
         kl_in_reward,
-        outcome_token_rewards,
         soft_overlong_penalty,
     )
 
@@ -64,8 +64,8 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
     if ref_logp is not None:
         rewards = kl_in_reward(rewards, jnp.asarray(rows["rollout_logp"]), jnp.asarray(ref_logp), mask,
                                algo.kl_coef, algo.kl_estimator)
-        kl = (outcome_token_rewards(outcome, mask) - rewards) / algo.kl_coef  # kl_t on policy tokens
-        extra["kl_reward/kl"] = float(jnp.sum(kl) / jnp.maximum(jnp.sum(mask), 1.0))
+        kl = get_kl(algo.kl_estimator)(jnp.asarray(rows["rollout_logp"]), jnp.asarray(ref_logp)) * mask
+        extra["kl_reward/kl"] = float(jnp.sum(kl) / jnp.maximum(jnp.sum(mask), 1.0))  # mean kl_t per policy token
     adv, _ = get_advantage(algo.advantage)(rewards, mask, jnp.asarray(traj.group_ids), num_groups=num_groups,
                                            **algo.advantage_kwargs)
     kept = 1.0

@@ -248,7 +248,8 @@ def test_kl_in_reward_folds_the_reference_kl_into_the_grpo_scores():
     from rlpt.config import compose
     from rlpt.pipeline.rl import make_batch
 
-    cfg = compose(["rl.algo.kl_coef=0.5", "rl.algo.kl_in=reward", "rl.algo.kl_estimator=k1"])
+    cfg = compose(["rl.algo.kl_coef=0.5", "rl.algo.kl_in=reward", "rl.algo.kl_estimator=k1",
+                   "rl.algo.share_prefix=false"])
     traj = _traj(4)
     plain, _ = make_batch(traj, cfg, 64)
     mask = plain["loss_mask"]
