@@ -7,16 +7,12 @@ stops in that band instead of at a step count. Resumable: the data position, the
 stop rule fired are saved with each checkpoint.
 """
 import dataclasses
-import json
 import os
-
-import jax
 
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import evaluate
-from rlpt.observe.tensorboard import TBWriter
 from rlpt.train.data import HostData
-from rlpt.train.loop import make_trainer, maybe_resume, to_float
+from rlpt.train.loop import LoopHooks, RunLog, make_trainer, maybe_resume, run_loop, to_float
 from rlpt.train.losses import sft_loss
 
 
@@ -39,8 +35,6 @@ def dev_tasks(names: list[str], tiers: dict[str, list[int]], per_domain: int) ->
 
 def run(cfg: Config, tok, mixture, *, max_new_tokens: int) -> dict:
     """SFT under `cfg` (train.steps = the cap) with the dev-pass stop rule of cfg.rl; returns model and curve."""
-    from rlpt.pipeline.rl import restore_history
-
     out_dir = cfg.train.out_dir
     os.makedirs(out_dir, exist_ok=True)
     names, _, tiers = mixture
@@ -51,44 +45,32 @@ def run(cfg: Config, tok, mixture, *, max_new_tokens: int) -> dict:
     meta = maybe_resume(trainer) or {}
     if meta.get("data") is not None:
         data.set_state(meta["data"])
-    curve, done = [tuple(x) for x in meta.get("dev_curve", [])], bool(meta.get("done", False))
+    curve, done = [tuple(x) for x in meta.get("dev_curve", [])], {"done": bool(meta.get("done", False))}
     start = int(trainer.state.step)
-    is_main = jax.process_index() == 0
-    path = os.path.join(out_dir, "metrics.jsonl")
-    history = restore_history(path, start) if is_main else []
-    tb = TBWriter(os.path.join(out_dir, "tb")) if is_main else None
-    mlog = open(path, "a") if is_main else None
-    ck = trainer.checkpointer
-    step = start
+    runlog = RunLog(out_dir, resume_at=start)
+
+    def check_dev(step):
+        pass1 = evaluate(trainer.model(), tok, dev, max_new_tokens=max_new_tokens)["pass1"]
+        curve.append((step, pass1))
+        print(f"[cold start] step {step} dev pass@1 = {pass1:.3f} (target {cfg.rl.sft_target_pass})"
+              f"{' -> stop' if pass1 >= cfg.rl.sft_target_pass else ''}", flush=True)
+        return {"dev_pass1": pass1}
+
+    def stop(step, row):
+        reached = row.get("dev_pass1", -1.0) >= cfg.rl.sft_target_pass
+        done["done"] = reached or step == cfg.train.steps
+        return reached
+
+    hooks = LoopHooks(train=lambda host: to_float(trainer.step(host, host_local=True)),
+                      row=lambda step, m, extra: {"loss": m["loss"], "grad_norm": m["grad_norm"]},
+                      evaluate=check_dev if dev else None, stop=stop,
+                      meta=lambda: {"data": data.get_state(), "dev_curve": curve, "done": done["done"]})
     try:
-        while not done and step < cfg.train.steps:
-            step += 1
-            host, _ = data.next_batch()
-            metrics = to_float(trainer.step(host, host_local=True))
-            row = {"step": step, "loss": metrics["loss"], "grad_norm": metrics["grad_norm"]}
-            if dev and step % cfg.rl.sft_check_every == 0:
-                row["dev_pass1"] = evaluate(trainer.model(), tok, dev, max_new_tokens=max_new_tokens)["pass1"]
-                curve.append((step, row["dev_pass1"]))
-                done = row["dev_pass1"] >= cfg.rl.sft_target_pass
-                print(f"[cold start] step {step} dev pass@1 = {row['dev_pass1']:.3f} (target "
-                      f"{cfg.rl.sft_target_pass}){' -> stop' if done else ''}", flush=True)
-            done = done or step == cfg.train.steps
-            history.append(row)
-            if tb:
-                tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
-            if mlog:
-                mlog.write(json.dumps(row) + "\n")
-                mlog.flush()
-            if ck is not None and (step % cfg.train.ckpt_every == 0 or done):
-                ck.save(step, trainer.state, {"data": data.get_state(), "dev_curve": curve, "done": done},
-                        force=True)
-            if step % max(cfg.train.log_every, 1) == 0 and is_main:
-                print(f"[cold start] step {step}/{cfg.train.steps} loss={row['loss']:.4g}", flush=True)
+        loop = run_loop(trainer, lambda step: data.next_batch(), hooks,
+                        steps=start if done["done"] else cfg.train.steps, log=runlog, log_every=cfg.train.log_every,
+                        progress=cfg.train.progress, eval_every=cfg.rl.sft_check_every, eval_last=True)
     finally:
-        if ck is not None:
-            ck.close()
-        if tb:
-            tb.close()
-            mlog.close()
+        runlog.close()
+    history = loop.history
     return {"model": trainer.model(), "steps": int(trainer.state.step), "dev_curve": curve,
             "final_loss": history[-1]["loss"] if history else float("nan"), "history": history}

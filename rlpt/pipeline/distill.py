@@ -8,7 +8,6 @@ quickstart recipe. Held-out pass@1 of teacher, student before and after gives `r
 teacher's gain over the student's start that the student reached.
 """
 import dataclasses
-import json
 import os
 import time
 
@@ -18,13 +17,12 @@ import numpy as np
 from rlpt.config.schema import Config, model_preset
 from rlpt.eval.heldout import evaluate, heldout_tasks
 from rlpt.models import Model, load_pretrained
-from rlpt.observe.tensorboard import TBWriter
 from rlpt.pipeline.cold_start import cold_start_config
 from rlpt.pipeline.cold_start import run as cold_start
 from rlpt.rollout.single_turn import rollout, to_rows
 from rlpt.tasks.curriculum import build_curriculum
 from rlpt.train.data import HostData
-from rlpt.train.loop import Progress, finish_run, make_trainer, maybe_resume, to_float
+from rlpt.train.loop import LoopHooks, RunLog, finish_run, make_trainer, maybe_resume, run_loop, to_float
 from rlpt.train.losses import distill_loss
 from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.source import export_checkpoint, runtime_overrides
@@ -133,44 +131,32 @@ def run(cfg: Config) -> dict:
         if meta.get("data") is not None:
             data.set_state(meta["data"])
 
-    is_main = jax.process_index() == 0
-    tb = TBWriter(os.path.join(out_dir, "tb")) if is_main else None
-    mlog = open(os.path.join(out_dir, "metrics.jsonl"), "a") if is_main else None
-    progress = Progress(cfg.train.steps, start, cfg.train.log_every, cfg.train.progress)
-    ck, last, t_loop = trainer.checkpointer, {}, time.time()
+    runlog = RunLog(out_dir, resume_at=start)
+
+    def batch(step):
+        if sampled:
+            return sample(trainer.model() if d.mode == "on_policy" else teacher, step)
+        return data.next_batch()
+
+    def row(step, metrics, extra):
+        tokens = max(metrics["tokens"], 1.0)
+        return {"divergence": metrics["loss"], "grad_norm": metrics["grad_norm"],
+                "student_nll": metrics["student_nll_sum"] / tokens, "teacher_nll": metrics["teacher_nll_sum"] / tokens,
+                **{k: v for k, v in extra.items() if np.ndim(v) == 0}}
+
+    def check(step):
+        curve.append((step, pass1(trainer.model())))
+        return {"eval_pass1": curve[-1][1]}
+
+    hooks = LoopHooks(train=lambda b: to_float(trainer.step(b, host_local=not sampled)), row=row, evaluate=check,
+                      meta=lambda: {"curve": curve} | ({} if sampled else {"data": data.get_state()}))
     try:
-        for step in range(start + 1, cfg.train.steps + 1):
-            if sampled:
-                batch, extra = sample(trainer.model() if d.mode == "on_policy" else teacher, step)
-                metrics = to_float(trainer.step(batch))
-            else:
-                batch, extra = data.next_batch()
-                metrics = to_float(trainer.step(batch, host_local=True))
-            tokens = max(metrics["tokens"], 1.0)
-            row = {"step": step, "divergence": metrics["loss"], "grad_norm": metrics["grad_norm"],
-                   "student_nll": metrics["student_nll_sum"] / tokens,
-                   "teacher_nll": metrics["teacher_nll_sum"] / tokens,
-                   **{k: v for k, v in extra.items() if np.ndim(v) == 0}}
-            if cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
-                curve.append((step, pass1(trainer.model())))
-                row["eval_pass1"] = curve[-1][1]
-            last = row
-            if tb:
-                tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
-            if mlog:
-                mlog.write(json.dumps(row) + "\n")
-                mlog.flush()
-            progress.update(step, {k: row[k] for k in ("divergence", "student_nll", "grad_norm")})
-            if ck is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.train.steps):
-                state = {"curve": curve} | ({} if sampled else {"data": data.get_state()})
-                ck.save(step, trainer.state, state, force=True)
+        loop = run_loop(trainer, batch, hooks, steps=cfg.train.steps, log=runlog, log_every=cfg.train.log_every,
+                        progress=cfg.train.progress, eval_every=cfg.train.eval_every,
+                        show=("divergence", "student_nll", "grad_norm"))
     finally:
-        progress.close()
-        if ck is not None:
-            ck.close()
-        if tb:
-            tb.close()
-            mlog.close()
+        runlog.close()
+    last, t_loop = loop.last, time.time() - loop.wall_s
     after = pass1(trainer.model())
     if not curve or curve[-1][0] != cfg.train.steps:
         curve.append((cfg.train.steps, after))

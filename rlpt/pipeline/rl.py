@@ -2,7 +2,6 @@
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import time
@@ -22,7 +21,16 @@ from rlpt.parallel import axis_rules, split_devices
 from rlpt.pipeline.producer import Producer
 from rlpt.rewards.mixture import RewardMixture
 from rlpt.rollout.single_turn import response_window, rollout, to_rows
-from rlpt.train.loop import Progress, make_trainer, maybe_resume, microbatch, shard_batch, to_float
+from rlpt.train.loop import (
+    LoopHooks,
+    RunLog,
+    make_trainer,
+    maybe_resume,
+    microbatch,
+    run_loop,
+    shard_batch,
+    to_float,
+)
 from rlpt.train.losses import rl_loss, token_logprobs_entropy
 
 log = logging.getLogger(__name__)
@@ -158,22 +166,6 @@ def check_algo(algo) -> None:
     check_algo_options(algo)
 
 
-def restore_history(path: str, start: int) -> list[dict]:
-    """Rows of metrics.jsonl up to step `start`; the file is rewritten without the rows of steps after it
-    (a killed run may have logged steps past its last checkpoint: the resumed run logs them again)."""
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    kept = [r for r in rows if r["step"] <= start]
-    if len(kept) != len(rows):
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in kept)
-        os.replace(tmp, path)
-    return kept
-
-
 def generated_tokens(traj) -> int:
     """Tokens the policy sampled (multi-turn: tool observations inside the response are not counted)."""
     if traj.policy_mask is None:
@@ -252,80 +244,89 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         cstate = decode_state(meta["curriculum"])
     start = int(trainer.state.step)
     row_len = cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens
-    is_main = jax.process_index() == 0
-    mlog_path = os.path.join(out_dir, "metrics.jsonl")
-    history = restore_history(mlog_path, start) if is_main else []
-    n_restored = len(history)
+    runlog = RunLog(out_dir, resume_at=start, tensorboard=False)  # TensorBoard: an observer
+    n_restored = len(runlog.history)
     if observers is None:
         observers = default_observers(cfg, out_dir)
-    mlog = open(mlog_path, "a") if is_main else None
     ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
     producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
                         lambda traj: make_batch(traj, cfg, row_len), asynchronous=asynchronous, ckpt_every=ckpt_every,
                         mixture=RewardMixture(cfg.reward), sampler_devices=sampler_devices)
     n_params = int(sum(np.size(x) for x in jax.tree.leaves(trainer.model().params)))
-    progress = Progress(cfg.rl.steps, start, cfg.train.log_every, cfg.train.progress)
     bound = producer.lag
     evals = {}
     times = {"generate": 0.0, "verify": 0.0, "train": 0.0, "idle": 0.0, "loop": 0.0}
-    carry = 0.0  # the previous step's logging and observer time: the trainer is idle then too
+    cur = {"carry": 0.0}  # this step's trajectories and clocks
     # where the rollouts' verifications (and multi-turn environments) run: this process or Ray actors (fleet=ray)
     fleet_scope = contextlib.ExitStack()  # closed (fleet released) in the finally below
     fleet = fleet_scope.enter_context(make_fleet(cfg.fleet, alert_hooks=[get_alert_hook(h)
                                                                          for h in cfg.observe.alert_hooks]))
     fleet_scope.enter_context(use(fleet))
+
+    def next_batch(step):
+        cur["t0"] = time.time()
+        if "t_tail" in cur:  # the last step's checkpoint, observers and logging: idle time too (evaluation not)
+            cur["carry"] = cur["t0"] - cur["t_tail"] - cur.pop("eval_s", 0.0)
+        traj, batch, bmetrics = producer.get(step)
+        staleness = (step - 1) - traj.version
+        if not 0 <= staleness <= bound:
+            raise AssertionError(f"step {step}: batch from policy version {traj.version} has staleness "
+                                 f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
+        cur["t1"] = time.time()
+        if algo.kl_coef > 0 and algo.kl_in == "reward":  # the reference's log-probs, then the advantages
+            ref_logp = rows_logp(trainer, trainer.state.frozen["ref"], batch, share)
+            batch, kl_metrics = make_batch(traj, cfg, row_len, ref_logp=ref_logp)
+            bmetrics = bmetrics | kl_metrics
+        if algo.old_logp == "recompute":
+            batch = recompute_old_logp(trainer, batch, share)
+        cur["traj"] = traj
+        return batch, bmetrics
+
+    def train(batch):
+        nonlocal cstate
+        metrics = to_float(trainer.step(batch))
+        cur["train_s"] = time.time() - cur["t1"]
+        cstate = curriculum.update(cstate, task_outcomes(cur["traj"], G))
+        producer.publish(int(trainer.state.step), trainer.model(), cstate)
+        return metrics
+
+    def row(step, metrics, bmetrics):
+        traj, train_s = cur["traj"], cur["train_s"]
+        out = step_row(step, traj, metrics, bmetrics, G) | {"weight_sync_s": producer.sync_s}
+        step_s = time.time() - cur["t0"] + cur["carry"]
+        out |= {"gen_s": traj.gen_s, "verify_s": traj.verify_s, "train_s": train_s, "idle_s": step_s - train_s,
+                "step_s": step_s}
+        out |= traj.prefix_stats or {}
+        out |= fleet.step_stats() if cfg.fleet.kind != "none" else {}
+        for k, v in (("generate", traj.gen_s), ("verify", traj.verify_s), ("train", train_s),
+                     ("idle", step_s - train_s), ("loop", step_s)):
+            times[k] += v
+        cur["t_tail"] = time.time()
+        return out
+
+    def after(step, out):
+        for obs in observers:
+            obs.on_step(step, cur["traj"], out)
+
+    def evaluate(step):
+        t = time.time()
+        evals[step] = evaluate_fn(trainer.model())
+        cur["eval_s"] = time.time() - t
+        return {}
+
+    closed = []
     try:
-        for step in range(start + 1, cfg.rl.steps + 1):
-            t0 = time.time()
-            traj, batch, bmetrics = producer.get(step)
-            staleness = (step - 1) - traj.version
-            if not 0 <= staleness <= bound:
-                raise AssertionError(f"step {step}: batch from policy version {traj.version} has staleness "
-                                     f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
-            t1 = time.time()
-            if algo.kl_coef > 0 and algo.kl_in == "reward":  # the reference's log-probs, then the advantages
-                ref_logp = rows_logp(trainer, trainer.state.frozen["ref"], batch, share)
-                batch, kl_metrics = make_batch(traj, cfg, row_len, ref_logp=ref_logp)
-                bmetrics = bmetrics | kl_metrics
-            if algo.old_logp == "recompute":
-                batch = recompute_old_logp(trainer, batch, share)
-            metrics = to_float(trainer.step(batch))
-            train_s = time.time() - t1
-            cstate = curriculum.update(cstate, task_outcomes(traj, G))
-            producer.publish(step, trainer.model(), cstate)
-            row = step_row(step, traj, metrics, bmetrics, G) | {"weight_sync_s": producer.sync_s}
-            ck = trainer.checkpointer
-            if ck is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.rl.steps):
-                ck.save(step, trainer.state, {"curriculum": encode_state(cstate)}, force=True)
-            step_s = time.time() - t0 + carry
-            row |= {"gen_s": traj.gen_s, "verify_s": traj.verify_s, "train_s": train_s,
-                    "idle_s": step_s - train_s, "step_s": step_s}
-            row |= traj.prefix_stats or {}
-            row |= fleet.step_stats() if cfg.fleet.kind != "none" else {}
-            for k, v in (("generate", traj.gen_s), ("verify", traj.verify_s), ("train", train_s),
-                         ("idle", step_s - train_s), ("loop", step_s)):
-                times[k] += v
-            history.append(row)
-            t_tail = time.time()
-            for obs in observers:
-                obs.on_step(step, traj, row)
-            if mlog:
-                mlog.write(json.dumps(row) + "\n")
-                mlog.flush()
-            progress.update(step, {k: row[k] for k in ("loss", "reward_mean", "pass_rate")})
-            carry = time.time() - t_tail
-            if evaluate_fn is not None and cfg.rl.eval_every > 0 and step % cfg.rl.eval_every == 0 \
-                    and step != cfg.rl.steps:
-                evals[step] = evaluate_fn(trainer.model())
+        loop = run_loop(trainer, next_batch, LoopHooks(
+            train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate)},
+            evaluate=evaluate if evaluate_fn is not None else None),
+            steps=cfg.rl.steps, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
+            eval_every=cfg.rl.eval_every, show=("loss", "reward_mean", "pass_rate"))
     finally:  # also on an error: stop the producer thread and finish pending checkpoint writes
         producer.close()
         fleet_scope.close()
-        progress.close()
-        if trainer.checkpointer is not None:
-            trainer.checkpointer.close()
-        if mlog:
-            mlog.close()
+        runlog.close()
         closed = [obs.close() for obs in observers]  # also on an error: logs get their end markers
+    history = loop.history
     n = max(cfg.rl.steps - start, 1)
     summary = {"rl_steps": cfg.rl.steps, "rl_mode": cfg.rl.mode, "rl_wall_s": round(times["loop"], 2),
                "trainer_idle_fraction": idle_fraction(history[n_restored:]),

@@ -1,6 +1,5 @@
 """DPO-family stage: preference losses by registry name on the shared train step, reference log-probs
 precomputed once per round or computed on the fly from frozen reference params; iterative rounds optional."""
-import json
 import os
 import time
 
@@ -10,11 +9,10 @@ import numpy as np
 
 from rlpt.algos import REFERENCE_FREE, PairedLogps, UnpairedLogps, get_preference_loss
 from rlpt.config.schema import Config
-from rlpt.observe.tensorboard import TBWriter
 from rlpt.preference.common import joint_logps, sub_config, warm_start
 from rlpt.preference.data import batch_indices, pair_arrays
 from rlpt.preference.pairs import make_pairs
-from rlpt.train.loop import Progress, finish_run, make_trainer, maybe_resume, to_float
+from rlpt.train.loop import LoopHooks, RunLog, finish_run, make_trainer, maybe_resume, run_loop
 from rlpt.train.source import export_checkpoint
 
 REF_MODES = ("precompute", "online")
@@ -81,8 +79,9 @@ def reference_logps(model, arrays: dict, groups: tuple[str, ...], chunk: int = 1
     return {"ref_" + g: np.concatenate(o).astype(np.float32) for g, o in zip(groups, outs)}
 
 
-def train_round(cfg: Config, policy, arrays: dict, out_dir: str, tb, metrics_log, step0: int) -> tuple:
-    """pref.steps DPO-family steps from `policy` (also the reference); returns (policy, last metrics)."""
+def train_round(cfg: Config, policy, arrays: dict, out_dir: str, runlog: RunLog, step0: int) -> tuple:
+    """pref.steps DPO-family steps from `policy` (also the reference); returns (policy, last metrics). Rows go to
+    `runlog` at steps step0 + 1 ..."""
     p = cfg.pref
     scfg = sub_config(cfg, steps=p.steps, lr=p.lr, out_dir=out_dir, batch_size=p.batch_size)
     groups = row_groups(p.loss)
@@ -93,24 +92,18 @@ def train_round(cfg: Config, policy, arrays: dict, out_dir: str, tb, metrics_log
                            extra_frozen=(lambda m: {"ref": m.params}) if online else None)
     maybe_resume(trainer)
     n = arrays["c_inputs"].shape[0]
-    progress = Progress(p.steps, int(trainer.state.step), cfg.train.log_every, cfg.train.progress)
-    last = {}
-    for step in range(int(trainer.state.step) + 1, p.steps + 1):
+
+    def batch(step):
         idx = batch_indices(n, p.batch_size, step - 1, cfg.train.seed + step0)
-        m = to_float(trainer.step({k: v[idx] for k, v in arrays.items()}))
-        last = {"loss": m["loss"], "grad_norm": m["grad_norm"]}
-        last |= {k: v / p.batch_size for k, v in m.items() if k.startswith("pref/")}
-        if tb:
-            tb.scalars(last, step0 + step)
-        if metrics_log:
-            metrics_log.write(json.dumps({"step": step0 + step} | last) + "\n")
-        progress.update(step, {k: last[k] for k in ("loss", "grad_norm") if k in last})
-        if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == p.steps):
-            trainer.checkpointer.save(step, trainer.state, {}, force=True)
-    progress.close()
-    if trainer.checkpointer is not None:
-        trainer.checkpointer.close()
-    return trainer.model(), last
+        return {k: v[idx] for k, v in arrays.items()}, None
+
+    def row(step, m, extra):
+        return {"loss": m["loss"], "grad_norm": m["grad_norm"]} | {
+            k: v / p.batch_size for k, v in m.items() if k.startswith("pref/")}
+
+    loop = run_loop(trainer, batch, LoopHooks(row=row), steps=p.steps, log=runlog, log_every=cfg.train.log_every,
+                    progress=cfg.train.progress, step_offset=step0)
+    return trainer.model(), {k: v for k, v in loop.last.items() if k != "step"}
 
 
 def run(cfg: Config) -> dict:
@@ -129,15 +122,14 @@ def run(cfg: Config) -> dict:
     policy = warm_start(cfg)
     before = evaluate(policy, tok, eval_tasks, max_new_tokens=cfg.rl.rollout.max_new_tokens)
     print(f"[eval before] held-out pass@1 = {before['pass1']:.3f}", flush=True)
-    tb = TBWriter(os.path.join(cfg.train.out_dir, "tb")) if jax.process_index() == 0 else None
-    mlog = open(os.path.join(cfg.train.out_dir, "metrics.jsonl"), "a") if tb else None
+    runlog = RunLog(cfg.train.out_dir)
     counts, last, rounds = {}, {}, []
     for rnd in range(p.rounds):
         pairs, c = make_pairs(cfg, tok, "train", model=policy, seed=rnd)
         counts = {k: counts.get(k, 0) + v for k, v in c.items()}
         print(f"[pairs round {rnd}] {c}", flush=True)
         arrays = pair_arrays(pairs, p.max_len, kl_rows=p.loss == "kto")
-        policy, last = train_round(cfg, policy, arrays, os.path.join(cfg.train.out_dir, f"round{rnd}"), tb, mlog,
+        policy, last = train_round(cfg, policy, arrays, os.path.join(cfg.train.out_dir, f"round{rnd}"), runlog,
                                    rnd * p.steps)
         if p.rounds > 1:
             r_eval = evaluate(policy, tok, eval_tasks, max_new_tokens=cfg.rl.rollout.max_new_tokens)
@@ -145,10 +137,9 @@ def run(cfg: Config) -> dict:
             print(f"[eval round {rnd}] held-out pass@1 = {r_eval['pass1']:.3f}", flush=True)
     after = evaluate(policy, tok, eval_tasks, max_new_tokens=cfg.rl.rollout.max_new_tokens)
     print(f"[eval after] held-out pass@1 = {after['pass1']:.3f}", flush=True)
-    if tb:
-        tb.scalar("eval/pass1", after["pass1"], p.rounds * p.steps)
-        tb.close()
-        mlog.close()
+    if runlog.tb:
+        runlog.tb.scalar("eval/pass1", after["pass1"], p.rounds * p.steps)
+    runlog.close()
     if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_checkpoint(policy, tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)
     summary = {"stage": "dpo", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,

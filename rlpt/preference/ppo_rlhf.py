@@ -2,7 +2,6 @@
 cfg.reward names), KL-in-reward to the frozen reference, a value head on the policy's hidden states with GAE, the
 clipped PPO surrogate and value loss."""
 import functools
-import json
 import os
 import time
 
@@ -13,7 +12,6 @@ import numpy as np
 from rlpt.algos import gae_advantages, get_policy_loss, kl_in_reward, masked_whiten, value_loss
 from rlpt.config.schema import Config
 from rlpt.models.transformer import hidden_states
-from rlpt.observe.tensorboard import TBWriter
 from rlpt.parallel import axis_rules, to_host
 from rlpt.preference.common import sub_config, warm_start
 from rlpt.preference.heads import head_values, init_head, make_head_trainer
@@ -21,7 +19,7 @@ from rlpt.preference.reward_model import RewardModel, train_reward_model
 from rlpt.rollout.format import prompt_ids, response_text
 from rlpt.rollout.single_turn import rollout, to_rows
 from rlpt.train.logprobs import head_logprobs
-from rlpt.train.loop import Progress, finish_run, maybe_resume, to_float
+from rlpt.train.loop import LoopHooks, RunLog, finish_run, maybe_resume, run_loop, to_float
 from rlpt.train.source import export_checkpoint
 
 
@@ -115,10 +113,11 @@ def run(cfg: Config) -> dict:
     before and after."""
     from rlpt.eval.heldout import heldout_tasks
     from rlpt.observe.components import component_row, run_means
+    from rlpt.observe.tags import task_outcomes
     from rlpt.pipeline.judges import run_judges
     from rlpt.pipeline.producer import mix_rewards
     from rlpt.rewards.mixture import RewardMixture
-    from rlpt.tasks.curriculum import build_curriculum
+    from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
     from rlpt.tasks.mixture import rl_domains
     from rlpt.train.sft import domain_mixture, get_tokenizer
 
@@ -148,51 +147,53 @@ def run(cfg: Config) -> dict:
         logps_values(params, policy.config, rows)[1]))
     meta = maybe_resume(trainer)
     curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
-    cstate = curriculum.init_state() if meta is None else _decode(meta["curriculum"])
+    cstate = curriculum.init_state() if meta is None else decode_state(meta["curriculum"])
     start = int(trainer.state.step) // p.ppo_epochs
     row_len = rcfg.max_prompt_len + rcfg.max_new_tokens
-    tb = TBWriter(os.path.join(out_dir, "tb")) if jax.process_index() == 0 else None
-    mlog = open(os.path.join(out_dir, "metrics.jsonl"), "a") if tb else None
-    progress = Progress(p.ppo_steps, start, cfg.train.log_every, cfg.train.progress)
-    history = []
+    runlog = RunLog(out_dir, resume_at=start)
     t_ppo = time.time()
     mixture = RewardMixture(cfg.reward)
-    with run_judges(cfg, tok, policy, cfg.train.out_dir) as judge_info:  # judges the mixture names
-        for step in range(start + 1, p.ppo_steps + 1):
-            tasks = curriculum.tasks(cstate, step, np.random.default_rng([cfg.train.seed, 23, step]),
-                                     rcfg.prompts_per_step)
-            traj = rollout(trainer.model(), tok, tasks, rcfg, seed=cfg.train.seed * 1_000_003 + step, version=step - 1)
-            traj = mix_rewards(traj, mixture)  # the verifier's part of the reward is the run's reward mixture
-            t_batch = time.time()
-            batch, row = make_batch(trainer, aux_fn, traj, rm, p, row_len)
-            t_train = time.time()
-            for _ in range(p.ppo_epochs):
-                m = to_float(trainer.step(batch))
-            n = max(m["tokens"], 1.0)
-            row |= {"step": step, "loss": m["loss"], "grad_norm": m["grad_norm"], "gen_s": traj.gen_s,
-                    "verify_s": traj.verify_s, "score_s": t_train - t_batch, "train_s": time.time() - t_train}
-            row |= {k: v / n for k, v in m.items() if k.startswith("ppo/")} | component_row(traj)
-            G = rcfg.group_size
-            cstate = curriculum.update(cstate, [(t.domain, t.difficulty, int(t.id.rsplit(":s", 1)[1]),
-                                                 float(traj.passed[i * G:(i + 1) * G].mean()))
-                                                for i, t in enumerate(tasks)])
-            history.append(row)
-            if tb:
-                tb.scalars({k: v for k, v in row.items() if k != "step"}, step)
-                mlog.write(json.dumps(row) + "\n")
-            progress.update(step, {k: row[k] for k in ("loss", "rm_score", "pass_rate", "kl_ref")})
-            if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == p.ppo_steps):
-                trainer.checkpointer.save(int(trainer.state.step), trainer.state, {"curriculum": _encode(cstate)},
-                                          force=True)
-    progress.close()
-    if trainer.checkpointer is not None:
-        trainer.checkpointer.close()
+    cur, G = {}, rcfg.group_size
+
+    def next_batch(step):
+        tasks = curriculum.tasks(cstate, step, np.random.default_rng([cfg.train.seed, 23, step]),
+                                 rcfg.prompts_per_step)
+        traj = rollout(trainer.model(), tok, tasks, rcfg, seed=cfg.train.seed * 1_000_003 + step, version=step - 1)
+        cur["traj"] = traj = mix_rewards(traj, mixture)  # the verifier's part of the reward is the run's mixture
+        t_batch = time.time()
+        batch, cur["row"] = make_batch(trainer, aux_fn, traj, rm, p, row_len)
+        cur["score_s"] = time.time() - t_batch
+        return batch, None
+
+    def train(batch):
+        t_train = time.time()
+        for _ in range(p.ppo_epochs):
+            m = to_float(trainer.step(batch))
+        cur["train_s"] = time.time() - t_train
+        return m
+
+    def row(step, m, extra):
+        traj, n = cur["traj"], max(m["tokens"], 1.0)
+        out = cur["row"] | {"loss": m["loss"], "grad_norm": m["grad_norm"], "gen_s": traj.gen_s,
+                            "verify_s": traj.verify_s, "score_s": cur["score_s"], "train_s": cur["train_s"]}
+        return out | {k: v / n for k, v in m.items() if k.startswith("ppo/")} | component_row(traj)
+
+    def after(step, out):
+        nonlocal cstate
+        cstate = curriculum.update(cstate, task_outcomes(cur["traj"], G))
+
+    hooks = LoopHooks(train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate)})
+    try:
+        with run_judges(cfg, tok, policy, cfg.train.out_dir) as judge_info:  # judges the mixture names
+            loop = run_loop(trainer, next_batch, hooks, steps=p.ppo_steps, start=start, log=runlog,
+                            log_every=cfg.train.log_every, progress=cfg.train.progress,
+                            show=("loss", "rm_score", "pass_rate", "kl_ref"))
+    finally:
+        runlog.close()
+    history = loop.history
     split["ppo"] = time.time() - t_ppo
     after = evaluate_with_rm(trainer.model(), tok, eval_tasks, rm, rcfg.max_new_tokens)
     print(f"[eval after] pass@1 = {after['pass1']:.3f} rm_score = {after['rm_score']:.3f}", flush=True)
-    if tb:
-        tb.close()
-        mlog.close()
     if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_checkpoint(trainer.model(), tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)
     summary = {"stage": "ppo_rlhf", "experiment": cfg.experiment_name, "init_from": cfg.train.init_from or None,
@@ -208,14 +209,4 @@ def run(cfg: Config) -> dict:
                "time_split_s": {k: round(v, 2) for k, v in split.items()}, "wall_s": round(time.time() - t0, 2),
                "run_dir": os.path.abspath(cfg.train.out_dir)}
     return finish_run(summary, cfg.train.out_dir, model=trainer.model(), history=history, reward_model=rm)
-
-
-def _encode(state: dict) -> dict:
-    from rlpt.tasks.curriculum import encode_state
-    return encode_state(state)
-
-
-def _decode(state: dict) -> dict:
-    from rlpt.tasks.curriculum import decode_state
-    return decode_state(state)
 

@@ -13,13 +13,12 @@ from rlpt.algos import bradley_terry_loss
 from rlpt.config.schema import Config
 from rlpt.models import Model, load_pretrained
 from rlpt.models.config import ModelConfig
-from rlpt.observe.tensorboard import TBWriter
 from rlpt.preference.common import sub_config, warm_start
 from rlpt.preference.data import batch_indices, longest_pair
 from rlpt.preference.heads import init_head, last_token_scores, make_head_trainer
 from rlpt.preference.pairs import make_pairs
 from rlpt.rollout.format import completion_ids, fit_width, prompt_ids
-from rlpt.train.loop import Progress, finish_run, maybe_resume, to_float
+from rlpt.train.loop import LoopHooks, RunLog, finish_run, maybe_resume, run_loop
 
 HEAD_FILE = "reward_head.npz"
 
@@ -149,28 +148,29 @@ def train_reward_model(cfg: Config, tok, backbone: Model, out_dir: str) -> tuple
     trainer = make_head_trainer(scfg, bt_loss(p), backbone, rm0.params["head"])
     maybe_resume(trainer)
     arrays = pair_score_arrays(train, p.max_len)
-    tb = TBWriter(os.path.join(out_dir, "tb")) if jax.process_index() == 0 else None
-    progress = Progress(p.rm_steps, int(trainer.state.step), cfg.train.log_every, cfg.train.progress)
-    last = {}
-    for step in range(int(trainer.state.step) + 1, p.rm_steps + 1):
+    runlog = RunLog(out_dir, resume_at=int(trainer.state.step))
+
+    def batch(step):
         idx = batch_indices(len(train), p.rm_batch_size, step - 1, cfg.train.seed + 5)
-        m = to_float(trainer.step({k: v[idx] for k, v in arrays.items()}))
-        last = {"loss": m["loss"], "grad_norm": m["grad_norm"]}
-        last |= {k: v / p.rm_batch_size for k, v in m.items() if k.startswith("rm/")}
-        if tb:
-            tb.scalars(last, step)
-        progress.update(step, {k: last[k] for k in ("loss", "rm/accuracy")})
-        if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == p.rm_steps):
-            trainer.checkpointer.save(step, trainer.state, {}, force=True)
-    progress.close()
-    if trainer.checkpointer is not None:
-        trainer.checkpointer.close()
+        return {k: v[idx] for k, v in arrays.items()}, None
+
+    def row(step, m, extra):
+        return {"loss": m["loss"], "grad_norm": m["grad_norm"]} | {
+            k: v / p.rm_batch_size for k, v in m.items() if k.startswith("rm/")}
+
+    try:
+        loop = run_loop(trainer, batch, LoopHooks(row=row), steps=p.rm_steps, log=runlog,
+                        log_every=cfg.train.log_every, progress=cfg.train.progress, show=("loss", "rm/accuracy"))
+    except BaseException:
+        runlog.close()
+        raise
+    last = loop.last
     rm = RewardModel(backbone.config, jax.device_get(trainer.state.params))
     acc = pairwise_accuracy(rm, heldout)
     train_acc = pairwise_accuracy(rm, train[:512])
-    if tb:
-        tb.scalar("eval/pairwise_accuracy", acc, p.rm_steps)
-        tb.close()
+    if runlog.tb:
+        runlog.tb.scalar("eval/pairwise_accuracy", acc, p.rm_steps)
+    runlog.close()
     path = os.path.join(out_dir, "reward_model")
     if jax.process_index() == 0:
         rm.save(path, tokenizer=tok)

@@ -16,6 +16,7 @@ from rlpt.models import Model, ModelConfig
 from rlpt.models.model import model_from
 from rlpt.models.transformer import merged_params, param_axes
 from rlpt.models.vision import VLMConfig, vlm_param_axes
+from rlpt.observe.tensorboard import TBWriter
 from rlpt.parallel import (
     HostGlobal,
     HostLocal,
@@ -297,5 +298,126 @@ def finish_run(summary: dict, out_dir: str, **objects) -> dict:
 
 def to_float(metrics: dict) -> dict:
     return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+
+def restore_history(path: str, start: int) -> list[dict]:
+    """Rows of metrics.jsonl up to step `start`; the file is rewritten without the rows of steps after it
+    (a killed run may have logged steps past its last checkpoint: the resumed run logs them again)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    kept = [r for r in rows if r["step"] <= start]
+    if len(kept) != len(rows):
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(tmp, path)
+    return kept
+
+
+class RunLog:
+    """A stage's metrics: `<out_dir>/metrics.jsonl` (one JSON row per step) and TensorBoard events under
+    `<out_dir>/tb`, written by process 0 only. resume_at: the step a resumed run continues from; rows logged past
+    it by the killed run are dropped (`restore_history`) and the kept ones are `history`."""
+
+    def __init__(self, out_dir: str, resume_at: int | None = None, tensorboard: bool = True):
+        self.is_main = jax.process_index() == 0
+        if self.is_main:
+            os.makedirs(out_dir, exist_ok=True)
+        path = os.path.join(out_dir, "metrics.jsonl")
+        self.history = restore_history(path, resume_at) if self.is_main and resume_at is not None else []
+        self.tb = TBWriter(os.path.join(out_dir, "tb")) if self.is_main and tensorboard else None
+        self._file = open(path, "a") if self.is_main else None
+
+    def write(self, row: dict, step: int | None = None):
+        """One step's row (it holds "step"; TensorBoard gets its scalars at `step`, default the row's)."""
+        if self.tb:
+            self.tb.scalars({k: v for k, v in row.items() if k != "step"}, row["step"] if step is None else step)
+        if self._file:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+
+    def close(self):
+        if self.tb:
+            self.tb.close()
+        if self._file:
+            self._file.close()
+            self._file = None
+
+
+@dataclasses.dataclass
+class LoopHooks:
+    """What a stage adds to `run_loop`; every hook is optional.
+
+    train(batch) -> metrics: one update on the batch (default: `to_float(trainer.step(batch))`).
+    row(step, metrics, extra) -> dict: the step's logged row (default: the metrics and the batch's scalar extras).
+    evaluate(step) -> dict: metrics merged into the row, at every `eval_every`-th step.
+    stop(step, row) -> bool: end the loop after this step (it is checkpointed).
+    meta() -> dict: what a checkpoint keeps beside the state (data or curriculum position, curves).
+    after(step, row): anything else per step (observers, weight publication); runs before the checkpoint.
+    """
+
+    train: object = None
+    row: object = None
+    evaluate: object = None
+    stop: object = None
+    meta: object = None
+    after: object = None
+
+
+@dataclasses.dataclass
+class LoopResult:
+    history: list  # every row of this run (those a resumed run kept, then its own)
+    last: dict  # the last row ({} when no step ran)
+    steps: int  # the trainer's step at the end
+    stopped: bool  # a stop hook ended it before `steps`
+    wall_s: float  # the loop's time
+
+
+def run_loop(trainer: Trainer, next_batch, hooks: LoopHooks | None = None, *, steps: int, log: RunLog,
+             log_every: int = 10, progress: bool = True, eval_every: int = 0, eval_last: bool = False,
+             ckpt_every: int | None = None, step_offset: int = 0, show: tuple[str, ...] = ("loss", "grad_norm"),
+             start: int | None = None, close_checkpointer: bool = True) -> LoopResult:
+    """The one stage loop: from the trainer's step (resumed or 0) to `steps`, each step
+    next_batch(step) -> (batch, extra) -> hooks.train -> row (+ hooks.evaluate at eval_every, the last step only
+    with eval_last) -> hooks.after -> checkpoint (every ckpt_every (default train.ckpt_every), at the last step and
+    when hooks.stop ends the loop; with hooks.meta) -> log (rows carry "step" + step_offset) -> progress line.
+
+    start: the loop step to continue after (default the trainer's step; a stage of several optimizer steps per loop
+    step, PPO-RLHF's epochs, passes its own). Checkpoints are named by the trainer's step. The checkpointer's
+    pending writes finish and the progress bar closes also on an error. Returns a LoopResult.
+    """
+    hooks = hooks or LoopHooks()
+    ck = trainer.checkpointer
+    every = trainer.cfg.train.ckpt_every if ckpt_every is None else ckpt_every
+    start = int(trainer.state.step) if start is None else start
+    history, last, stopped, t0 = list(log.history), {}, False, time.time()
+    bar = Progress(steps, start, log_every, progress)
+    step = start
+    try:
+        while step < steps and not stopped:
+            step += 1
+            batch, extra = next_batch(step)
+            metrics = hooks.train(batch) if hooks.train else to_float(trainer.step(batch))
+            row = {"step": step + step_offset} | (
+                hooks.row(step, metrics, extra) if hooks.row else
+                metrics | {k: v for k, v in (extra or {}).items() if np.ndim(v) == 0})
+            if hooks.evaluate and eval_every > 0 and step % eval_every == 0 and (eval_last or step != steps):
+                row |= hooks.evaluate(step) or {}
+            stopped = bool(hooks.stop and hooks.stop(step, row))
+            if hooks.after:
+                hooks.after(step, row)
+            if ck is not None and (every and step % every == 0 or step == steps or stopped):
+                ck.save(int(trainer.state.step), trainer.state, hooks.meta() if hooks.meta else {}, force=True)
+            history.append(row)
+            last = row
+            log.write(row)
+            bar.update(step, {k: row[k] for k in show if k in row})
+    finally:
+        bar.close()
+        if ck is not None and close_checkpointer:
+            ck.close()
+    return LoopResult(history, last, int(trainer.state.step), stopped, time.time() - t0)
 
 

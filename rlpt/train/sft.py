@@ -1,5 +1,4 @@
 """Supervised fine-tuning: packed completion-only cross-entropy on the shared train step."""
-import json
 import logging
 import os
 import time
@@ -8,10 +7,18 @@ import jax
 import numpy as np
 
 from rlpt.config.schema import Config
-from rlpt.observe.tensorboard import TBWriter
 from rlpt.tasks.mixture import domain_mixture  # noqa: F401  (re-exported: rlpt.train.sft.domain_mixture)
 from rlpt.train.data import HostData
-from rlpt.train.loop import Progress, export_hf, finish_run, make_trainer, maybe_resume, to_float
+from rlpt.train.loop import (
+    LoopHooks,
+    RunLog,
+    export_hf,
+    finish_run,
+    make_trainer,
+    maybe_resume,
+    run_loop,
+    to_float,
+)
 from rlpt.train.losses import sft_loss
 from rlpt.train.source import run_tokenizer
 
@@ -36,10 +43,7 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     if meta is not None:
         data.set_state(meta["data"])
     start = int(trainer.state.step)
-    is_main = jax.process_index() == 0
-    tb = TBWriter(os.path.join(cfg.train.out_dir, "tb")) if is_main else None
-    metrics_log = open(os.path.join(cfg.train.out_dir, "metrics.jsonl"), "a") if is_main else None
-
+    runlog = RunLog(cfg.train.out_dir, resume_at=start)
     evals = {}
 
     def run_eval(tag):
@@ -51,52 +55,52 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
         tasks = heldout_tasks(names, tiers, max(1, cfg.train.eval_samples // len(names)), cfg.domains.eval_offset)
         res = evaluate(trainer.model(), tok, tasks, max_new_tokens=cfg.train.eval_max_new_tokens)
         evals[tag] = res
-        if tb:
-            tb.scalar("eval/pass1", res["pass1"], int(trainer.state.step))
+        if runlog.tb:
+            runlog.tb.scalar("eval/pass1", res["pass1"], int(trainer.state.step))
             for d, v in res["per_domain"].items():
-                tb.scalar(f"eval/pass1/{d}", v, int(trainer.state.step))
+                runlog.tb.scalar(f"eval/pass1/{d}", v, int(trainer.state.step))
         print(f"[eval {tag}] held-out pass@1 = {res['pass1']:.3f}", flush=True)
         return res
 
     if start == 0:
         run_eval("before")
-    progress = Progress(cfg.train.steps, start, cfg.train.log_every, cfg.train.progress)
-    tokens_seen, t_loop, last, history = 0.0, time.time(), {}, []
     flops_tok = trainer.model_cfg.flops_per_token(cfg.data.seq_len)
-    for step in range(start + 1, cfg.train.steps + 1):
-        host, dmetrics = data.next_batch()
+    timed = {}
+
+    def train(host):
         t0 = time.time()
         metrics = to_float(trainer.step(host, host_local=True))
-        dt = time.time() - t0
-        tokens_seen += metrics["tokens"]
-        metrics |= dmetrics | {"lr": float(trainer.schedule(step - 1)), "tokens_per_s": metrics["tokens"] / dt,
-                               "tflops": flops_tok * host["inputs"].size * jax.process_count() / dt / 1e12}
-        last = metrics
-        history.append({"step": step, "loss": metrics["loss"]})
-        if tb:
-            tb.scalars(metrics, step)
-        progress.update(step, {k: metrics[k] for k in ("loss", "grad_norm", "lr", "tokens_per_s")})
-        if metrics_log:
-            metrics_log.write(json.dumps({"step": step} | metrics) + "\n")
-            metrics_log.flush()
-        if trainer.checkpointer is not None and (step % cfg.train.ckpt_every == 0 or step == cfg.train.steps):
-            trainer.checkpointer.save(step, trainer.state, {"data": data.get_state()}, force=True)
-        if cfg.train.eval_every > 0 and step % cfg.train.eval_every == 0 and step != cfg.train.steps:
-            run_eval(f"step{step}")
-    progress.close()
-    if trainer.checkpointer is not None:
-        trainer.checkpointer.close()
-    after = run_eval("after")
+        timed.update(dt=time.time() - t0, width=host["inputs"].size)
+        return metrics
+
+    def row(step, metrics, dmetrics):
+        dt = timed["dt"]
+        return metrics | dmetrics | {"lr": float(trainer.schedule(step - 1)), "tokens_per_s": metrics["tokens"] / dt,
+                                     "tflops": flops_tok * timed["width"] * jax.process_count() / dt / 1e12}
+
+    def step_eval(step):
+        run_eval(f"step{step}")
+        return {}
+
+    try:
+        loop = run_loop(trainer, lambda step: data.next_batch(), LoopHooks(
+            train=train, row=row, evaluate=step_eval, meta=lambda: {"data": data.get_state()}),
+            steps=cfg.train.steps, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
+            eval_every=cfg.train.eval_every, show=("loss", "grad_norm", "lr", "tokens_per_s"))
+        after = run_eval("after")
+    finally:
+        runlog.close()
+    last = {k: v for k, v in loop.last.items() if k != "step"}
+    new_rows = loop.history[len(runlog.history):]
+    tokens_seen = sum(r["tokens"] for r in new_rows)
     if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_hf(trainer, os.path.join(cfg.train.out_dir, "hf"), tok)
-    if tb:
-        tb.close()
-        metrics_log.close()
+    history = [{"step": r["step"], "loss": r["loss"]} for r in new_rows]
     summary = {"stage": "sft", "experiment": cfg.experiment_name, "steps": cfg.train.steps,
                "init_from": cfg.train.init_from or None, "tokenizer": tok.source,
                "vocab_size": trainer.model_cfg.vocab_size,
                "final_loss": last.get("loss", float("nan")), "tokens_trained": tokens_seen,
-               "tokens_per_s": tokens_seen / max(time.time() - t_loop, 1e-9),
+               "tokens_per_s": tokens_seen / max(loop.wall_s, 1e-9),
                "data_overlong": data.overlong(),
                "pass1_before": evals.get("before", {}).get("pass1"),
                "pass1_after": after["pass1"] if after else None,
