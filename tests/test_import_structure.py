@@ -7,10 +7,8 @@ import os
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KNOWN_CYCLES = {
-    ("rlpt.config", "rlpt.eval"), ("rlpt.config", "rlpt.train"), ("rlpt.envs", "rlpt.eval"),
-    ("rlpt.envs", "rlpt.rewards"), ("rlpt.envs", "rlpt.tasks"), ("rlpt.eval", "rlpt.train"),
-    ("rlpt.models", "rlpt.tasks"), ("rlpt.pipeline", "rlpt.preference"), ("rlpt.rewards", "rlpt.rollout"),
-    ("rlpt.rewards", "rlpt.tasks"),
+    ("rlpt.envs", "rlpt.eval"), ("rlpt.envs", "rlpt.rewards"), ("rlpt.envs", "rlpt.tasks"),
+    ("rlpt.models", "rlpt.tasks"), ("rlpt.rewards", "rlpt.rollout"), ("rlpt.rewards", "rlpt.tasks"),
 }
 
 

@@ -15,6 +15,45 @@ HYDRA_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "
 
 
 @dataclasses.dataclass
+class EvalConfig:
+    """Every option of `python -m rlpt.eval`, with its default."""
+
+    checkpoint: str = ""  # HF folder (Model.save_pretrained) or a run folder (its hf/ export or Orbax params)
+    suite: str = "quickstart"  # see rlpt.eval.suites.get_suite; `needle` / `multihop` run the context grid
+    policy: str = "model"  # model (needs checkpoint) | oracle (gold answers: must score 1.0) | empty (must 0.0)
+    samples: int = 0  # n samples per task for pass@k (0: greedy pass@1 only)
+    k: list[int] = dataclasses.field(default_factory=lambda: [1, 5, 10])  # pass@k reported for k <= samples
+    temperature: float = 1.0  # for the samples (pass@1 is always greedy)
+    top_p: float = 1.0  # nucleus sampling for the samples (1.0: off)
+    top_k: int = 0  # 0: off
+    max_new_tokens: int = 0  # 0: the suite's default
+    limit: int = 0  # first N tasks of the suite (0: all; gsm_symbolic: its size)
+    per_domain: int = 0  # procedural suites: tasks per domain (0: the suite's default)
+    seed: int = 0  # sampling seed, and the item seed of generated suites
+    batch_size: int = 32  # prompts per generate call
+    workers: int = 4  # verifier threads (sandboxed code checks run in parallel)
+    out: str = ""  # output folder (default: the Hydra run folder, runs/eval/<suite>-<policy>)
+    # comparison: against a baseline results.json, or compare=a.json,b.json without evaluating
+    baseline: str = ""  # a results.json (or its folder) to compare this evaluation against
+    compare: str = ""  # A,B: compare two results (B - A) without evaluating
+    level: float = 0.95  # bootstrap confidence level
+    resamples: int = 2000  # bootstrap resamples
+    min_drop: float = 0.0  # a regression is flagged when the interval is below 0 and delta <= -min_drop
+    # contamination report instead of an evaluation: comma list of JSONL files and/or tasks:<domain globs>
+    contamination: str = ""  # sources (JSONL files, folders, tasks:<globs>): report instead of evaluating
+    train_tasks: int = 1000  # train-split tasks generated per domain for tasks:<globs>
+    ngram: int = 13  # contamination: n-gram length
+    # effective context (suite=needle | multihop)
+    lengths: list[int] = dataclasses.field(  # needle/multihop: document lengths in prompt tokens
+        default_factory=lambda: [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072])
+    depths: list[float] = dataclasses.field(  # needle/multihop: needle positions, fractions of the document
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0])
+    trials: int = 2  # documents per (length, depth) cell
+    threshold: float = 0.8  # effective context: largest length whose accuracy over depths is >= threshold
+    tokenizer: str = ""  # needle with policy=oracle|empty: an HF tokenizer folder to measure length (default builtin)
+
+
+@dataclasses.dataclass
 class TasksCliConfig:
     """Every option of `python -m rlpt.tasks`, with its default."""
 
@@ -59,8 +98,6 @@ def register_cli_configs() -> None:
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
-    from rlpt.eval.config import EvalConfig
-
     cs = ConfigStore.instance()
     cs.store(name="rlpt_eval_schema", node=EvalConfig)
     cs.store(name="rlpt_tasks_schema", node=TasksCliConfig)
@@ -77,13 +114,7 @@ def register_cli_configs() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-def _eval_schema():
-    from rlpt.eval.config import EvalConfig
-
-    return EvalConfig
-
-
-_SCHEMAS = {"eval": _eval_schema, "tasks": lambda: TasksCliConfig, "flywheel": lambda: FlywheelCliConfig}
+_SCHEMAS = {"eval": lambda: EvalConfig, "tasks": lambda: TasksCliConfig, "flywheel": lambda: FlywheelCliConfig}
 
 
 def options_help(schema) -> str:

@@ -494,7 +494,7 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "con
     cfg = OmegaConf.to_object(compose_dict(overrides, config_name))
     validate(cfg)
     if isinstance(cfg, Config):
-        from rlpt.train.source import check_checkpoint_source
+        from rlpt.config.source import check_checkpoint_source
 
         check_checkpoint_source(cfg, list(overrides))
     return cfg

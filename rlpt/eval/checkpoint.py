@@ -10,7 +10,7 @@ def _tokenizer(folder: str, run_cfg=None):
     if os.path.isfile(os.path.join(folder, "tokenizer.json")):
         return load_tokenizer(folder)
     if run_cfg is not None:
-        from rlpt.train.sft import get_tokenizer
+        from rlpt.config.source import run_tokenizer as get_tokenizer
 
         return get_tokenizer(run_cfg)
     raise FileNotFoundError(f"checkpoint={folder}: no tokenizer.json (save_pretrained(..., tokenizer=tok))")
@@ -64,7 +64,7 @@ def load_policy(path: str):
             directory = os.path.join(path, sub)
             if os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory)):
                 params, step = _orbax_params(cfg, directory)
-                from rlpt.train.source import model_config
+                from rlpt.config.source import model_config
 
                 model_cfg = model_config(cfg)
                 if model_cfg.vision is not None:  # model.vision: the run trained a vision-language model

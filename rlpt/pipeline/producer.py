@@ -18,6 +18,7 @@ import numpy as np
 from rlpt.config.schema import Config
 from rlpt.models.config import DTYPES
 from rlpt.parallel.distributed import gather_objects, host_rows, local_replica
+from rlpt.rewards.mixture import mix_rewards  # noqa: F401  (re-exported: rlpt.pipeline.producer.mix_rewards)
 from rlpt.rollout.single_turn import concat_trajectories
 
 
@@ -27,20 +28,6 @@ def source_version(step: int, lag: int, start: int, ckpt_every: int) -> int:
     if ckpt_every > 0:
         barrier = max(start, ((step - 1) // ckpt_every) * ckpt_every)
     return max(step - 1 - lag, barrier)
-
-
-def mix_rewards(traj, mixture):
-    """The trajectories with rewards from the reward mixture (rlpt.rewards.RewardMixture) and each row's
-    component values in `components`; judges score the batch in one call each (time added to verify_s).
-    Unchanged when there is no mixture, no verdicts (a rollout that records none), or components are set
-    already (a rollout with its own reward_fn)."""
-    if mixture is None or traj.verdicts is None or traj.components is not None:
-        return traj
-    t0 = time.time()
-    tasks = [traj.tasks[int(g)] for g in traj.group_ids]
-    texts = traj.reward_texts if traj.reward_texts is not None else traj.texts
-    rewards, parts = mixture.score_batch(tasks, texts, traj.verdicts)
-    return dataclasses.replace(traj, rewards=rewards, components=parts, verify_s=traj.verify_s + time.time() - t0)
 
 
 def rollout_model(model, rcfg, devices=None):

@@ -114,9 +114,8 @@ def run(cfg: Config) -> dict:
     from rlpt.eval.heldout import heldout_tasks
     from rlpt.observe.components import component_row, run_means
     from rlpt.observe.tags import task_outcomes
-    from rlpt.pipeline.judges import run_judges
-    from rlpt.pipeline.producer import mix_rewards
-    from rlpt.rewards.mixture import RewardMixture
+    from rlpt.preference.judges import run_judges
+    from rlpt.rewards.mixture import RewardMixture, mix_rewards
     from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
     from rlpt.tasks.mixture import rl_domains
     from rlpt.train.sft import domain_mixture, get_tokenizer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -93,3 +94,17 @@ class RewardMixture:
                 parts[i][name] = float(v)
         rewards = np.asarray([self.total(t.domain, p) for t, p in zip(tasks, parts)], np.float32)
         return rewards, parts
+
+
+def mix_rewards(traj, mixture):
+    """The trajectories with rewards from the reward mixture (rlpt.rewards.RewardMixture) and each row's
+    component values in `components`; judges score the batch in one call each (time added to verify_s).
+    Unchanged when there is no mixture, no verdicts (a rollout that records none), or components are set
+    already (a rollout with its own reward_fn)."""
+    if mixture is None or traj.verdicts is None or traj.components is not None:
+        return traj
+    t0 = time.time()
+    tasks = [traj.tasks[int(g)] for g in traj.group_ids]
+    texts = traj.reward_texts if traj.reward_texts is not None else traj.texts
+    rewards, parts = mixture.score_batch(tasks, texts, traj.verdicts)
+    return dataclasses.replace(traj, rewards=rewards, components=parts, verify_s=traj.verify_s + time.time() - t0)

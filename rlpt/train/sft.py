@@ -49,7 +49,7 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     def run_eval(tag):
         if mixture is None or cfg.train.eval_every <= 0:
             return None
-        from rlpt.eval.heldout import evaluate, heldout_tasks
+        from rlpt.tasks.heldout import evaluate, heldout_tasks
 
         names, _, tiers = mixture
         tasks = heldout_tasks(names, tiers, max(1, cfg.train.eval_samples // len(names)), cfg.domains.eval_offset)

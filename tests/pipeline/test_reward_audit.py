@@ -12,9 +12,9 @@ from rlpt.config import compose
 from rlpt.config.tasks import RewardComponentConfig, RewardConfig
 from rlpt.observe.alerts import AlertSink
 from rlpt.observe.components import RewardAuditObserver, component_row
-from rlpt.pipeline.producer import mix_rewards
 from rlpt.rewards import RewardMixture, RewardModelJudge, Verdict
 from rlpt.rewards.judges import JUDGES, register_judge
+from rlpt.rewards.mixture import mix_rewards
 from rlpt.tasks.base import Task
 
 

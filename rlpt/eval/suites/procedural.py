@@ -67,7 +67,7 @@ def procedural_suite(name: str) -> Suite | None:
     from rlpt.tasks import resolve
 
     if name in EXPERIMENT_SUITES:
-        from rlpt.train.sft import domain_mixture
+        from rlpt.tasks.mixture import domain_mixture
 
         cfg = compose([f"experiment={name}"])
         names, _, tiers = domain_mixture(cfg)
