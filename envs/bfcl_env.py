@@ -1,5 +1,5 @@
 """Bfcl: a BFCL item's functions offered as schema-checked tools; calls are recorded, never run, and graded by
-BFCL's AST rules (rlpt/eval/suites/bfcl_check.py) when the policy calls `final_answer` or the turn limit ends it.
+BFCL's AST rules (rlpt/tasks/bfcl_check.py) when the policy calls `final_answer` or the turn limit ends it.
 
 Task meta (from `bfcl_tasks`): functions (BFCL's function docs), ground_truth ({name: {param: [possible
 values]}} per expected call), category (BFCL's, decides ordered vs any-order matching).
@@ -13,9 +13,8 @@ from rlpt.envs.base import ToolEnv, render_prompt
 from rlpt.envs.toolcall import format_tool_call
 from rlpt.envs.tools import Tool, ToolRegistry
 
-from rlpt.eval.suites import bfcl
-from rlpt.eval.suites.base import LoadArgs
-from rlpt.eval.suites.bfcl_check import check_calls
+from rlpt.tasks import bfcl
+from rlpt.tasks.bfcl_check import check_calls
 
 ENV_ID = "rlpt/Bfcl-v0"
 END_TOOL = "final_answer"
@@ -102,7 +101,7 @@ def oracle_reply(task) -> str:
 def bfcl_tasks() -> tuple:
     """The `bfcl` suite's items (less EXCLUDED) with tool-call prompts: instructions, tool schemas, user turn(s)."""
     out = []
-    for t in bfcl.bfcl().load(LoadArgs()):
+    for t in bfcl.load_tasks():
         if t.id in EXCLUDED:
             continue
         specs = [function_tool(f).spec() for f in t.meta["functions"]]
