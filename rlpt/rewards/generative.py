@@ -6,6 +6,7 @@ import re
 import numpy as np
 
 from rlpt.rewards.judges import JudgeScores, check_pairs, finish, new_counts
+from rlpt.sampling.methods import SamplingParams
 
 DEFAULT_RUBRIC = (
     "You are a strict grader. Read the task and the response, then reply with one line 'Score: N', where N is an "
@@ -84,7 +85,7 @@ class GenerativeJudge:
         if votes > 1 and temperature == 0:
             raise ValueError("GenerativeJudge votes > 1 at temperature 0 repeat one greedy answer; raise temperature")
         self.model, self.tok, self.rubric, self.scale = model, tok, rubric, scale
-        self.sampling = dict(n=votes, temperature=temperature, top_k=top_k, top_p=top_p)
+        self.sampling = dict(n=votes, sampling=SamplingParams(temperature, top_k, top_p))
         self.max_new_tokens, self.votes, self.batch_size, self.seed = max_new_tokens, votes, batch_size, seed
         limit = model.config.max_position_embeddings - max_new_tokens
         self.max_prompt_tokens = limit if max_prompt_tokens is None else min(max_prompt_tokens, limit)

@@ -20,6 +20,7 @@ from rlpt.rollout.format import (
     response_text,
 )
 from rlpt.rollout.single_turn import Trajectories, prefix_cache
+from rlpt.sampling.methods import SamplingParams
 
 CODE_AGENT = "rlpt/CodeAgent-v0"
 STATUSES = ("running", "done", "turn_limit", "budget", "timeout", "error")
@@ -140,8 +141,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                 return default_env(task, max_turns=max_turns, **env_kwargs)
     vision = policy_vision(model)  # a VisionLanguageModel: observations may hold images
     stops = tuple(tok.eos_ids)
-    sampling = dict(temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p, stop_ids=stops,
-                    quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
+    sampling = dict(sampling=SamplingParams.of(rcfg), stop_ids=stops, quant=rcfg.quant, quant_group=rcfg.quant_group,
+                    kv_cache_dtype=rcfg.kv_cache_dtype)
     prefix = prefix_cache(rcfg)
     tasks_env = [env_task(t) for t in tasks]
     pool = concurrent.futures.ThreadPoolExecutor(max(1, min(workers, len(tasks) * G)), "episode")

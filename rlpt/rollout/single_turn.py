@@ -5,6 +5,7 @@ import time
 import numpy as np
 
 from rlpt.rollout.format import batch_prompts, fit_width, policy_vision, response_text, sampler_images
+from rlpt.sampling.methods import SamplingParams
 
 
 @dataclasses.dataclass
@@ -125,8 +126,8 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
         raise ValueError("rl.rollout.refill=true does not combine with model.vision (slot refill prefills rows "
                          "without their images); set rl.rollout.refill=false")
     t0 = time.time()
-    sampling = dict(n=rcfg.group_size, temperature=rcfg.temperature, top_k=rcfg.top_k, top_p=rcfg.top_p,
-                    stop_ids=tuple(tok.eos_ids), seed=seed, row_offset=row_offset)
+    sampling = dict(n=rcfg.group_size, sampling=SamplingParams.of(rcfg), stop_ids=tuple(tok.eos_ids), seed=seed,
+                    row_offset=row_offset)
     quant = dict(quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
     prefix = prefix_cache(rcfg)
     if rcfg.refill:

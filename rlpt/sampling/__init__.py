@@ -4,6 +4,7 @@ from rlpt.sampling.generate import Generation, bucket, continue_generation, gene
 from rlpt.sampling.methods import (
     Greedy,
     MinP,
+    SamplingParams,
     Temperature,
     TopK,
     TopP,
@@ -19,7 +20,8 @@ from rlpt.sampling.sharding import constrain_cache, shard_params
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
 
 __all__ = [
-    "FINISH_REASONS", "Generation", "Greedy", "MinP", "PrefixCache", "SamplingState", "Temperature", "TopK", "TopP",
+    "FINISH_REASONS", "Generation", "Greedy", "MinP", "PrefixCache", "SamplingParams", "SamplingState", "Temperature",
+    "TopK", "TopP",
     "append", "apply_methods", "bucket", "categorical", "common_prefix", "constrain_cache", "continue_generation",
     "decode", "decode_step", "emit", "generate", "generate_refill", "insert_rows", "make_methods", "prefill",
     "row_uniforms", "sample", "shard_params",

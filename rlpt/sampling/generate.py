@@ -8,7 +8,7 @@ import numpy as np
 
 from rlpt.models.quant import check_quant, is_int8_kv
 from rlpt.sampling import engine
-from rlpt.sampling.methods import make_methods
+from rlpt.sampling.methods import make_methods, resolve_sampling
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
 
 MIN_BUCKET = 8
@@ -146,7 +146,7 @@ def to_generation(state: SamplingState, keep_state: bool) -> Generation:
 def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_k=None, top_p=None,
              stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None, keep_state=True,
              decode_phase=DECODE_PHASE, row_offset=0, quant="none", quant_group=128,
-             kv_cache_dtype=None, prefix_cache=None, images=None) -> Generation:
+             kv_cache_dtype=None, prefix_cache=None, images=None, sampling=None) -> Generation:
     """Sample continuations of ragged prompts with a KV cache; see `Generation` for the result.
 
     max_new_tokens: an int, or one limit per prompt. temperature 0 is greedy. The cache holds
@@ -169,7 +169,9 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
     images: with a `rlpt.models.vision.VisionLanguageModel`, the pixel values (N, C, H, W) of the images the
     prompts' image tokens stand for, in prompt order (`rlpt.models.image_processing.preprocess`); the tower runs
     once, in the prefill, and decoding reads the images from the KV cache.
+    sampling: a `SamplingParams` (temperature, top_k, top_p, min_p passed whole); it replaces those keywords.
     """
+    temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
     model, embed_fn = _vision_inputs(model, prompt_tokens, images, prefix_cache)
     cfg = model.config
     check_quant(cfg, quant, quant_group, kv_cache_dtype)
@@ -248,7 +250,7 @@ def decode_phases(longest: int, width: int, cache_len: int, phase: int | None):
 def continue_generation(model, generation: Generation, appended, max_new_tokens, *, temperature=1.0,
                         top_k=None, top_p=None, stop_ids=(), min_p=None, mesh=None,
                         keep_state=True, decode_phase=DECODE_PHASE, quant="none", quant_group=128,
-                        kv_cache_dtype=None, images=None) -> Generation:
+                        kv_cache_dtype=None, images=None, sampling=None) -> Generation:
     """Append tokens to finished rows and keep decoding from the cached prefix (multi-turn).
 
     appended: one entry per row of `generation`: a list of token ids (e.g. a tool's output, may be empty)
@@ -256,11 +258,13 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     The row's sequence so far (prompt + every generated token) is not recomputed. `generation` is consumed:
     its cache moves into the result. decode_phase: as in `generate`, from the fullest row's filled slots.
     quant, quant_group: as in `generate` (pass the generation's own to continue the same sampler);
-    kv_cache_dtype: the generation's (its cache is continued as it is; another value is an error).
+    kv_cache_dtype: the generation's (its cache is continued as it is; another value is an error). sampling: as
+    in `generate`.
     images: with a `rlpt.models.vision.VisionLanguageModel`, the pixel values (N, C, H, W) of the images the
     appended tokens' image tokens stand for, in row order (e.g. a screenshot in a tool's observation); the tower
     runs on these only: earlier turns' images stay in the cache.
     """
+    temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
     from rlpt.models.vision import VisionLanguageModel
 
     vlm = model if isinstance(model, VisionLanguageModel) else None

@@ -123,6 +123,38 @@ def make_methods(temperature=1.0, top_k=None, top_p=None, min_p=None) -> tuple:
     return tuple(chain)
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """How each token is drawn, passed whole (`generate(..., sampling=SamplingParams(...))`): temperature (0:
+    greedy), top_k, top_p and min_p (None: off), applied in HF's order. Checked when built."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+
+    def __post_init__(self):
+        make_methods(self.temperature, self.top_k, self.top_p, self.min_p)  # a ValueError names the bad field
+
+    @classmethod
+    def of(cls, cfg) -> "SamplingParams":
+        """From any config that holds the fields (rl.rollout's RolloutConfig; min_p where it has one)."""
+        return cls(cfg.temperature, cfg.top_k, cfg.top_p, getattr(cfg, "min_p", None))
+
+    def kwargs(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def resolve_sampling(sampling, temperature, top_k, top_p, min_p) -> tuple:
+    """(temperature, top_k, top_p, min_p): a SamplingParams's when given (it replaces the four keywords), else the
+    keywords as passed."""
+    if sampling is None:
+        return temperature, top_k, top_p, min_p
+    if not isinstance(sampling, SamplingParams):
+        raise TypeError(f"sampling={sampling!r}; expected a rlpt.sampling.SamplingParams")
+    return sampling.temperature, sampling.top_k, sampling.top_p, sampling.min_p
+
+
 def apply_methods(methods: tuple, logits):
     """Sampling-distribution logits (B, V) f32 (-inf = excluded) from raw logits (B, V)."""
     logits = logits.astype(jnp.float32)

@@ -15,13 +15,14 @@ from rlpt.sampling.generate import (
     plan_cache,
     seed_key,
 )
+from rlpt.sampling.methods import resolve_sampling
 from rlpt.sampling.state import FINISH_REASONS
 
 
 def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, temperature=1.0, top_k=None,
                     top_p=None, stop_ids=(), seed=0, min_p=None, max_cache_len=None, mesh=None,
                     decode_phase=DECODE_PHASE, row_offset=0, quant="none", quant_group=128,
-                    kv_cache_dtype=None) -> Generation:
+                    kv_cache_dtype=None, sampling=None) -> Generation:
     """Like `generate`, but decodes in a static batch of `slots` rows and refills finished rows from a queue.
 
     The R = len(prompts) * n rows (prompt-major, as in `generate`) are queued; each time rows finish, the
@@ -29,9 +30,10 @@ def generate_refill(model, prompt_tokens, max_new_tokens, *, slots, n=1, tempera
     Row r draws with the same per-row key as in `generate`, so results do not depend on the slot or on
     which rows share the batch. Returns a `Generation` without live state. decode_phase: as in `generate`,
     each decode call attends to the cache prefix its live rows fill by its end (`next_window` of the fullest
-    live row); 0: the whole cache. row_offset: as in `generate`. quant, quant_group, kv_cache_dtype: as in
-    `generate`.
+    live row); 0: the whole cache. row_offset: as in `generate`. quant, quant_group, kv_cache_dtype, sampling: as
+    in `generate`.
     """
+    temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
     cfg = model.config
     check_quant(cfg, quant, quant_group, kv_cache_dtype)
     req = check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids)

@@ -36,7 +36,7 @@ from rlpt.sampling.generate import (
     seed_key,
     to_generation,
 )
-from rlpt.sampling.methods import Greedy, apply_methods, categorical, row_uniforms
+from rlpt.sampling.methods import Greedy, apply_methods, categorical, resolve_sampling, row_uniforms
 from rlpt.sampling.sharding import constrain_cache
 from rlpt.sampling.state import LENGTH, STOP, SamplingState
 
@@ -224,11 +224,13 @@ def check_draft(target, draft):
 
 def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n=1, temperature=1.0, top_k=None,
                          top_p=None, min_p=None, stop_ids=(), seed=0, mesh=None,
-                         row_offset=0) -> SpeculativeGeneration:
+                         row_offset=0, sampling=None) -> SpeculativeGeneration:
     """Sample from `target` with `draft` proposing k tokens per round; the same arguments and result as
     `rlpt.sampling.generate` (rows prompt-major, n samples per prompt sharing one prefill), plus the draft
     statistics (`SpeculativeGeneration`). The tokens follow the target's sampling distribution exactly (greedy:
-    the target's own argmax tokens); the result holds no live cache (continuation is not supported)."""
+    the target's own argmax tokens); the result holds no live cache (continuation is not supported). sampling: a
+    `SamplingParams`, as in `generate`."""
+    temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
     check_draft(target, draft)
     if int(k) != k or k < 1:
         raise ValueError(f"k={k!r}; expected an integer >= 1 (drafts per round)")

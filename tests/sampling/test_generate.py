@@ -172,3 +172,20 @@ def test_default_cache_slots_are_a_multiple_of_8():
     assert plan_cache([[1] * 1000], 3072, None) == (1024, 4104)
     assert plan_cache([[1] * 5], 12, None, prefix=3) == (8, 21)  # 3 + 21 = 24 slots in all
     assert plan_cache([[1] * 5], 12, 13) == (8, 14)  # an explicit max_cache_len is kept exactly
+
+
+def test_sampling_params_passed_whole_equal_the_keywords():
+    """SamplingParams (#38): one frozen value for temperature / top_k / top_p / min_p, checked when built; passed as
+    `sampling=` it replaces the four keywords and samples the same tokens."""
+    from rlpt.sampling import SamplingParams
+
+    model = tiny_model()
+    setting = dict(temperature=0.8, top_k=20, top_p=0.95)
+    a = generate(model, PROMPTS, 6, n=2, seed=3, keep_state=False, **setting)
+    b = generate(model, PROMPTS, 6, n=2, seed=3, keep_state=False, sampling=SamplingParams(**setting))
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_array_equal(a.sampling_logprobs, b.sampling_logprobs)
+    with pytest.raises(ValueError, match="top_p=1.5"):
+        SamplingParams(top_p=1.5)
+    with pytest.raises(TypeError, match="expected a rlpt.sampling.SamplingParams"):
+        generate(model, PROMPTS, 2, sampling={"temperature": 0.0})
