@@ -17,9 +17,11 @@ import time
 import numpy as np
 
 from rlpt.config.schema import Config, SourceConfig
+from rlpt.eval.heldout import family_means, heldout_tasks
 from rlpt.observe.observers import default_observers
 from rlpt.pipeline.rl import run_rl
 from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
+from rlpt.tasks import get_domain
 from rlpt.train.loop import finish_run
 from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.sft import run as run_sft
@@ -51,8 +53,6 @@ def make_env_fn(cfg: Config, tok):
 
 def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
     """Train-split tasks of the configured domains and tiers (seeds from the train range)."""
-    from rlpt.tasks import get_domain
-
     names, _, tiers = domain_mixture(cfg)
     out = []
     for i in range(count):
@@ -104,8 +104,6 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
 def evaluate_agent(model, tok, tasks, rcfg, seed: int) -> dict:
     """Greedy multi-turn episodes on held-out tasks: pass rate (overall and per problem family), mean turns and
     tool calls per episode."""
-    from rlpt.eval.heldout import family_means
-
     greedy = dataclasses.replace(rcfg, group_size=1, temperature=0.0, top_k=None, top_p=None)
     traj = rollout(model, tok, tasks, greedy, seed=seed, version=-1, max_turns=rcfg.max_turns)
     return {"pass1": float(traj.passed.mean()), "per_family": family_means(tasks, traj.passed),
@@ -147,8 +145,6 @@ def run(cfg: Config) -> dict:
         train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps, eval_every=0,
                                   out_dir=os.path.join(out, "sft")))
     sft = run_sft(sft_cfg, print_result=False)
-    from rlpt.eval.heldout import heldout_tasks
-
     names, _, tiers = domain_mixture(cfg)
     eval_tasks = heldout_tasks(names, tiers, cfg.rl.eval_per_domain, cfg.domains.eval_offset)
     sft_eval = evaluate_agent(sft["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)

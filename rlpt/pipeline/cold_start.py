@@ -11,6 +11,7 @@ import os
 
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import evaluate
+from rlpt.tasks import EVAL_SEED_START, get_domain
 from rlpt.train.data import HostData
 from rlpt.train.loop import LoopHooks, RunLog, make_trainer, maybe_resume, run_loop, to_float
 from rlpt.train.losses import sft_loss
@@ -27,8 +28,6 @@ def cold_start_config(cfg: Config) -> Config:
 
 def dev_tasks(names: list[str], tiers: dict[str, list[int]], per_domain: int) -> list:
     """Train-split tasks from the top of the train seed range (RL draws seeds uniformly below EVAL_SEED_START)."""
-    from rlpt.tasks import EVAL_SEED_START, get_domain
-
     return [get_domain(n).generate(EVAL_SEED_START - 1 - i, tiers[n][i % len(tiers[n])])
             for n in names for i in range(per_domain)]
 

@@ -13,6 +13,7 @@ from rlpt.pipeline.judges import run_judges
 from rlpt.pipeline.rl import run_rl
 from rlpt.train.loop import finish_run
 from rlpt.train.sft import domain_mixture, get_tokenizer
+from rlpt.train.source import base_model
 
 
 def run(cfg: Config) -> dict:
@@ -25,8 +26,6 @@ def run(cfg: Config) -> dict:
         return evaluate(model, tok, eval_tasks, max_new_tokens=cfg.rl.rollout.max_new_tokens)
 
     sft_cfg = cold_start_config(cfg)
-    from rlpt.train.source import base_model
-
     base = eval_model(base_model(cfg))  # the model the cold start starts from (train.init_from or a fresh init)
     print(f"[eval base] held-out pass@1 on the RL domains = {base['pass1']:.3f}", flush=True)
     sft_mixture = domain_mixture(sft_cfg)

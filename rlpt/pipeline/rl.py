@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlpt.algos import dynamic_sampling_keep, get_advantage, get_kl, kl_in_reward, soft_overlong_penalty
+from rlpt.algos.options import check_algo_options
 from rlpt.config.schema import Config
 from rlpt.eval.heldout import family_means
 from rlpt.fleet import make_fleet, use
@@ -21,6 +23,8 @@ from rlpt.parallel import axis_rules, split_devices
 from rlpt.pipeline.producer import Producer
 from rlpt.rewards.mixture import RewardMixture
 from rlpt.rollout.single_turn import response_window, rollout, to_rows
+from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
+from rlpt.tasks.mixture import rl_domains
 from rlpt.train.loop import (
     LoopHooks,
     RunLog,
@@ -48,14 +52,6 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
     ref_logp (B, T), the reference policy's log-probs of the rows' targets (rl.algo.kl_in=reward): the advantage
     estimator gets token rewards r_t - kl_coef * kl_t (`rlpt.algos.kl_in_reward` on the rollout log-probs; an
     outcome estimator sums them per row, as verl's use_kl_in_reward)."""
-    from rlpt.algos import (
-        dynamic_sampling_keep,
-        get_advantage,
-        get_kl,
-        kl_in_reward,
-        soft_overlong_penalty,
-    )
-
     algo = cfg.rl.algo
     rows = to_rows(traj, row_len, cfg.data.images_per_row)
     rewards = jnp.asarray(traj.rewards)
@@ -159,8 +155,6 @@ def rows_logp(trainer, params, batch: dict, group: int | None = None) -> np.ndar
 
 def check_algo(algo) -> None:
     """Fail early on rl.algo settings that would be silently ignored (`rlpt.algos.options`; compose runs it too)."""
-    from rlpt.algos.options import check_algo_options
-
     if algo.old_logp not in ("rollout", "recompute"):
         raise ValueError(f"rl.algo.old_logp={algo.old_logp!r}; expected 'rollout' or 'recompute'")
     check_algo_options(algo)
@@ -213,9 +207,6 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     generating, verifying and preparing the batch; async: while waiting for the producer; both: checkpointing,
     logging, observers), evaluation excluded.
     """
-    from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
-    from rlpt.tasks.mixture import rl_domains
-
     if cfg.rl.mode not in ("sync", "async"):
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
     check_algo(cfg.rl.algo)

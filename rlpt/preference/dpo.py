@@ -9,10 +9,12 @@ import numpy as np
 
 from rlpt.algos import REFERENCE_FREE, PairedLogps, UnpairedLogps, get_preference_loss
 from rlpt.config.schema import Config
+from rlpt.eval.heldout import evaluate, heldout_tasks
 from rlpt.preference.common import joint_logps, sub_config, warm_start
 from rlpt.preference.data import batch_indices, pair_arrays
 from rlpt.preference.pairs import make_pairs
 from rlpt.train.loop import LoopHooks, RunLog, finish_run, make_trainer, maybe_resume, run_loop
+from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.source import export_checkpoint
 
 REF_MODES = ("precompute", "online")
@@ -109,9 +111,6 @@ def train_round(cfg: Config, policy, arrays: dict, out_dir: str, runlog: RunLog,
 def run(cfg: Config) -> dict:
     """SFT warm start (optional), held-out pass@1, pref.rounds of (pairs from the policy, DPO-family
     training), held-out pass@1 again; prints the summary (pass1_before, pass1_after, pair counts)."""
-    from rlpt.eval.heldout import evaluate, heldout_tasks
-    from rlpt.train.sft import domain_mixture, get_tokenizer
-
     t0 = time.time()
     p = cfg.pref
     get_preference_loss(p.loss)  # fail on an unknown name before any training

@@ -11,15 +11,25 @@ import numpy as np
 
 from rlpt.algos import gae_advantages, get_policy_loss, kl_in_reward, masked_whiten, value_loss
 from rlpt.config.schema import Config
+from rlpt.eval.heldout import heldout_tasks
 from rlpt.models.transformer import hidden_states
+from rlpt.observe.components import component_row, run_means
+from rlpt.observe.tags import task_outcomes
 from rlpt.parallel import axis_rules, to_host
 from rlpt.preference.common import sub_config, warm_start
 from rlpt.preference.heads import head_values, init_head, make_head_trainer
+from rlpt.preference.judges import run_judges
 from rlpt.preference.reward_model import RewardModel, train_reward_model
+from rlpt.rewards.mixture import RewardMixture, mix_rewards
 from rlpt.rollout.format import prompt_ids, response_text
 from rlpt.rollout.single_turn import rollout, to_rows
+from rlpt.sampling import generate
+from rlpt.tasks import get_domain
+from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
+from rlpt.tasks.mixture import rl_domains
 from rlpt.train.logprobs import head_logprobs
 from rlpt.train.loop import LoopHooks, RunLog, finish_run, maybe_resume, run_loop, to_float
+from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.source import export_checkpoint
 
 
@@ -55,9 +65,6 @@ def ppo_loss(pcfg):
 
 def evaluate_with_rm(model, tok, tasks, rm: RewardModel, max_new_tokens: int) -> dict:
     """Greedy held-out pass@1 (domain verifiers, as rlpt.eval.heldout) and the mean RM score of the answers."""
-    from rlpt.sampling import generate
-    from rlpt.tasks import get_domain
-
     prompts = [prompt_ids(tok, t.prompt) for t in tasks]
     out = generate(model, prompts, max_new_tokens, temperature=0.0, stop_ids=tuple(tok.eos_ids))
     toks, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
@@ -111,15 +118,6 @@ def make_batch(trainer, aux_fn, traj, rm: RewardModel, pcfg, row_len: int) -> tu
 def run(cfg: Config) -> dict:
     """SFT warm start -> reward model (trained here unless pref.rm_path) -> PPO; held-out pass@1 and RM score
     before and after."""
-    from rlpt.eval.heldout import heldout_tasks
-    from rlpt.observe.components import component_row, run_means
-    from rlpt.observe.tags import task_outcomes
-    from rlpt.preference.judges import run_judges
-    from rlpt.rewards.mixture import RewardMixture, mix_rewards
-    from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
-    from rlpt.tasks.mixture import rl_domains
-    from rlpt.train.sft import domain_mixture, get_tokenizer
-
     t0 = time.time()
     p, rcfg = cfg.pref, cfg.rl.rollout
     tok = get_tokenizer(cfg)

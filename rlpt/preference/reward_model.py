@@ -19,6 +19,7 @@ from rlpt.preference.heads import init_head, last_token_scores, make_head_traine
 from rlpt.preference.pairs import make_pairs
 from rlpt.rollout.format import completion_ids, fit_width, prompt_ids
 from rlpt.train.loop import LoopHooks, RunLog, finish_run, maybe_resume, run_loop
+from rlpt.train.sft import get_tokenizer
 
 HEAD_FILE = "reward_head.npz"
 
@@ -184,8 +185,6 @@ def train_reward_model(cfg: Config, tok, backbone: Model, out_dir: str) -> tuple
 
 def run(cfg: Config) -> dict:
     """SFT warm start (optional) -> reward model on cfg.pref pairs; summary with pairwise_accuracy."""
-    from rlpt.train.sft import get_tokenizer
-
     t0 = time.time()
     tok = get_tokenizer(cfg)
     os.makedirs(cfg.train.out_dir, exist_ok=True)
