@@ -8,7 +8,7 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KNOWN_CYCLES = {
     ("rlpt.envs", "rlpt.rewards"), ("rlpt.envs", "rlpt.tasks"),
-    ("rlpt.models", "rlpt.tasks"), ("rlpt.rewards", "rlpt.rollout"), ("rlpt.rewards", "rlpt.tasks"),
+    ("rlpt.models", "rlpt.tasks"), ("rlpt.rewards", "rlpt.tasks"),
 }
 
 

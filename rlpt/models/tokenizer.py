@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -365,3 +366,49 @@ def builtin_tokenizer() -> Tokenizer:
         "chat_template": BUILTIN_CHAT_TEMPLATE,
     }
     return from_parts(backend, config, "builtin_tokenizer()")
+
+
+# Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
+# prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
+_SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PROBE = "probe 12+7="
+
+
+def render_user_turn(tok, messages) -> list[int]:
+    """Token ids of chat `messages` rendered with the generation prompt (the assistant's turn opened)."""
+    ids, _ = tok.encode_chat(messages, add_generation_prompt=True)
+    return ids
+
+
+def user_turn_split(tok):
+    """(ids before, ids after) a user turn's text for a character-level tokenizer (cached), or None."""
+    if tok not in _SPLITS:
+        split = None
+        if tok.source == "builtin_tokenizer()":
+            full, body = render_user_turn(tok, [{"role": "user", "content": _PROBE}]), tok.encode(_PROBE)
+            at = next((i for i in range(len(full)) if full[i:i + len(body)] == body), None)
+            if at is not None:
+                split = (full[:at], full[at + len(body):])
+        _SPLITS[tok] = split
+    return _SPLITS[tok]
+
+
+def user_turn_ids(tok, prompt) -> list[int]:
+    """Token ids of a text prompt (or chat messages) rendered as a user turn awaiting the assistant."""
+    if isinstance(prompt, str):
+        split = user_turn_split(tok)
+        if split is not None:
+            return split[0] + tok.encode(prompt) + split[1]
+        return render_user_turn(tok, [{"role": "user", "content": prompt}])
+    return render_user_turn(tok, list(prompt))
+
+
+def response_text(tok, ids) -> str:
+    """Decode generated ids up to (not including) the first stop id."""
+    out = []
+    stops = set(tok.eos_ids)
+    for i in ids:
+        if int(i) in stops:
+            break
+        out.append(int(i))
+    return tok.decode(out, skip_special_tokens=True)

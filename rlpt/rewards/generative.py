@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from rlpt.models.tokenizer import response_text, user_turn_ids
 from rlpt.rewards.judges import JudgeScores, check_pairs, finish, new_counts
 from rlpt.sampling.methods import SamplingParams
 
@@ -92,13 +93,10 @@ class GenerativeJudge:
         self.counts = {**new_counts(), "unparsed_votes": 0, "too_long": 0}
 
     def judge_prompts(self, prompts: list[str], responses: list[str]) -> list[list[int]]:
-        from rlpt.rollout.format import prompt_ids
-
-        return [prompt_ids(self.tok, self.rubric.format(prompt=p, response=r, scale=int(self.scale)))
+        return [user_turn_ids(self.tok, self.rubric.format(prompt=p, response=r, scale=int(self.scale)))
                 for p, r in zip(prompts, responses)]
 
     def score(self, prompts, responses) -> JudgeScores:
-        from rlpt.rollout.format import response_text
         from rlpt.sampling import generate
 
         prompts, responses = check_pairs(prompts, responses)

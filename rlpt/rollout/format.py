@@ -5,28 +5,11 @@ import weakref
 import numpy as np
 
 from rlpt.models.image_processing import IMAGE_TOKEN, preprocess_tiles
+from rlpt.models.tokenizer import render_user_turn as _render  # noqa: F401  (tests read it here)
+from rlpt.models.tokenizer import response_text as response_text  # re-exported: rollout, eval and SFT use it here
+from rlpt.models.tokenizer import user_turn_ids, user_turn_split
 
-# Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
-# prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
-_SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_PROBE = "probe 12+7="
-
-
-def _render(tok, messages) -> list[int]:
-    ids, _ = tok.encode_chat(messages, add_generation_prompt=True)
-    return ids
-
-
-def _split(tok):
-    if tok not in _SPLITS:
-        split = None
-        if tok.source == "builtin_tokenizer()":
-            full, body = _render(tok, [{"role": "user", "content": _PROBE}]), tok.encode(_PROBE)
-            at = next((i for i in range(len(full)) if full[i:i + len(body)] == body), None)
-            if at is not None:
-                split = (full[:at], full[at + len(body):])
-        _SPLITS[tok] = split
-    return _SPLITS[tok]
+_PROBE = "probe 12+7="  # a user text probed to find where a character tokenizer's rendered turn puts it
 
 
 def prompt_ids(tok, prompt, vision=None, tiles=None) -> list[int]:
@@ -41,12 +24,7 @@ def prompt_ids(tok, prompt, vision=None, tiles=None) -> list[int]:
     """
     if vision is not None:
         return _with_images(tok, prompt, vision, tiles)
-    if isinstance(prompt, str):
-        split = _split(tok)
-        if split is not None:
-            return split[0] + tok.encode(prompt) + split[1]
-        return _render(tok, [{"role": "user", "content": prompt}])
-    return _render(tok, list(prompt))
+    return user_turn_ids(tok, prompt)
 
 
 def _image_tokens(vision, tiles, want: int) -> list[list[int]]:
@@ -59,7 +37,7 @@ def _image_tokens(vision, tiles, want: int) -> list[list[int]]:
 
 
 def _with_images(tok, prompt, vision, tiles=None) -> list[int]:
-    split = _split(tok) if isinstance(prompt, str) else None
+    split = user_turn_split(tok) if isinstance(prompt, str) else None
     if split is not None:
         pieces = prompt.split(IMAGE_TOKEN)
         images = _image_tokens(vision, tiles, len(pieces) - 1)
@@ -156,17 +134,6 @@ def task_prompt(tok, task, vision=None) -> tuple[list[int], np.ndarray | None]:
 def completion_ids(tok, text: str) -> list[int]:
     """The assistant's tokens for `text`, ending with the end-of-turn id."""
     return tok.encode(text) + [tok.eos_ids[0]]
-
-
-def response_text(tok, ids) -> str:
-    """Decode generated ids up to (not including) the first stop id."""
-    out = []
-    stops = set(tok.eos_ids)
-    for i in ids:
-        if int(i) in stops:
-            break
-        out.append(int(i))
-    return tok.decode(out, skip_special_tokens=True)
 
 
 # The turn that carries a tool's output back to the policy, and the header of the policy's next turn.
