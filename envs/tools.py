@@ -7,6 +7,7 @@ import operator
 from collections.abc import Callable
 
 import jsonschema
+from rlpt.envs.sandbox.pyparse import parse as parse_python
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +127,7 @@ def calculate(expression: str) -> str:
 
     if len(expression) > 1000:
         raise ValueError("expression longer than 1000 characters")
-    return repr(ev(ast.parse(expression, mode="eval")))
+    return repr(ev(parse_python(expression, mode="eval")))
 
 
 _UNITS = {

@@ -1,6 +1,5 @@
 """check_python: verify a HumanEval-shaped solution against hidden tests, isolated and hack-resistant."""
 
-import ast
 import atexit
 import dataclasses
 import json
@@ -14,6 +13,7 @@ import time
 from rlpt.envs.sandbox.grader_client import GraderPool
 from rlpt.envs.sandbox.limits import Limits, SandboxError
 from rlpt.envs.sandbox.pool import Sandbox, SandboxConfig
+from rlpt.envs.sandbox.pyparse import parse as parse_python
 from rlpt.envs.sandbox.warm import WarmPool
 from rlpt.envs.sandbox.wire import check_report
 
@@ -71,7 +71,7 @@ class CodeChecker:
             if not isinstance(prompt, str):
                 raise TypeError(f"check_python: prompt must be str or None, got {type(prompt).__name__}")
             try:
-                ast.parse(prompt)
+                parse_python(prompt)
             except (SyntaxError, ValueError) as e:
                 raise ValueError(f"check_python: the trusted prompt does not parse: {e}") from e
         if not entry_point.isidentifier() or keyword.iskeyword(entry_point):

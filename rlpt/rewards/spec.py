@@ -14,6 +14,7 @@ import re
 import types
 from fractions import Fraction
 
+from rlpt.envs.sandbox.pyparse import parse as parse_python
 from rlpt.rewards import mathcheck  # noqa: F401  (registers the 'symbolic' verifier the math spec uses)
 from rlpt.rewards.guard import final_answer
 from rlpt.rewards.verdict import Verdict
@@ -156,12 +157,12 @@ def _parse_json(spec, answer):
 def python_test_source(tests: str) -> str:
     """The test code the sandbox runs (it calls `check(candidate)`): `tests` as is when it defines check(),
     else its statements as the body of `def check(candidate):` (names like `f` come from the solution)."""
-    tree = ast.parse(tests)
+    tree = parse_python(tests)
     if any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in tree.body):
         return tests
     if not tree.body:
         raise SyntaxError("no statements")
-    check = ast.parse("def check(candidate):\n    pass\n").body[0]
+    check = parse_python("def check(candidate):\n    pass\n").body[0]
     check.body = tree.body
     return ast.unparse(ast.fix_missing_locations(ast.Module(body=[check], type_ignores=[]))) + "\n"
 
@@ -174,7 +175,7 @@ def _parse_python(spec, answer):
         raise SpecError(f"python needs 'entry', the name of the function to test, got {entry!r}")
     try:
         program = python_test_source(tests)
-        tree = ast.parse(program)
+        tree = parse_python(program)
         compile(tree, "<tests>", "exec")
     except (SyntaxError, ValueError) as err:
         raise SpecError(f"python 'tests' do not compile: {err}") from None

@@ -10,6 +10,8 @@ Unlike BFCL's decoder, arithmetic and lambdas in arguments are rejected instead 
 import ast
 import re
 
+from rlpt.envs.sandbox.pyparse import parse as parse_python
+
 PY_TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
             "dict": dict, "any": str}
 _STRIP = re.compile(r"[ ,./\-_*^]")
@@ -27,7 +29,7 @@ def decode_calls(text: str) -> list[dict]:
     if not text.endswith("]"):
         text = text + "]"
     try:
-        body = ast.parse(text.strip("'"), mode="eval").body
+        body = parse_python(text.strip("'"), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         raise DecodeError(f"not Python: {type(err).__name__}") from err
     elts = [body] if isinstance(body, ast.Call) else getattr(body, "elts", None)

@@ -4,6 +4,7 @@ tracing (predict a return value)."""
 import ast
 import re
 
+from rlpt.envs.sandbox.pyparse import parse as parse_python
 from rlpt.rewards.guard import final_answer
 from rlpt.rewards.verdict import Verdict
 from rlpt.rewards.verifiers import register_verifier
@@ -103,7 +104,7 @@ def static_reason(program: str | None, entry: str) -> str | None:
     if program is None:
         return "no single program in the response"
     try:
-        tree = ast.parse(program)
+        tree = parse_python(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
         return f"does not parse: {type(err).__name__}"
     if not any(isinstance(n, ast.FunctionDef) and n.name == entry for n in tree.body):

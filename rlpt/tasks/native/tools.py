@@ -7,6 +7,7 @@ import json
 import re
 from fractions import Fraction
 
+from rlpt.envs.sandbox.pyparse import parse as parse_python
 from rlpt.rewards.verdict import Verdict
 from rlpt.rewards.verifiers import parse_number, register_verifier
 from rlpt.tasks.native.arith import _expr
@@ -92,7 +93,7 @@ def execute_tool(task, call: dict) -> str:
     """Run one parsed call against the task's hidden data; raises ValueError naming an invalid call."""
     tool, args = _validate(task, call)
     if tool == "calculator":
-        value = _arith(ast.parse(args["expr"], mode="eval").body)
+        value = _arith(parse_python(args["expr"], mode="eval").body)
         return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
     if tool == "lookup":
         return str(task.meta["tables"][args["table"]][args["key"]])
