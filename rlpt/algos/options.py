@@ -12,10 +12,10 @@ from rlpt.algos.policy_losses import POLICY_LOSSES
 
 def check_algo_options(algo, key: str = "rl.algo") -> None:
     """Raise ValueError naming the key(s) of the first bad option of an AlgoConfig-like `algo`."""
-    POLICY_LOSSES.check_kwargs(algo.policy_loss, algo.policy_loss_kwargs, f"{key}.policy_loss_kwargs")
-    ADVANTAGES.check_kwargs(algo.advantage, algo.advantage_kwargs, f"{key}.advantage_kwargs",
+    POLICY_LOSSES.check_kwargs(algo.policy_loss, algo.policy_loss_kwargs, f"{key}.policy_loss")
+    ADVANTAGES.check_kwargs(algo.advantage, algo.advantage_kwargs, f"{key}.advantage",
                             supplied=("num_groups", "values"))
-    AGGREGATIONS.check_kwargs(algo.aggregation, algo.aggregation_kwargs, f"{key}.aggregation_kwargs")
+    AGGREGATIONS.check_kwargs(algo.aggregation, algo.aggregation_kwargs, f"{key}.aggregation")
     if algo.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"{key}.kl_estimator={algo.kl_estimator!r}: unknown; known: {sorted(KL_ESTIMATORS)}")
     if algo.correction_level != "none" and algo.old_logp == "rollout":

@@ -38,20 +38,20 @@ class Registry(dict):
         """Refuse, before any work, options the function registered under `name` does not take or lacks.
 
         Its keyword-only parameters (the registered function's own defaults are the one source of them) are the
-        options; `supplied` are those the caller fills in itself (e.g. num_groups). `key` names the config entry
-        (e.g. "rl.algo.policy_loss_kwargs") in the error, with `name`'s known options.
+        options; `supplied` are those the caller fills in itself (e.g. num_groups). `key` is the config key of the name
+        (e.g. "rl.algo.policy_loss"; its options are `<key>_kwargs`), named in the error with the known options.
         """
         import inspect
 
         if name not in self:
-            raise ValueError(f"{key.rsplit('_kwargs', 1)[0]}={name!r}: unknown {self.kind}; known: {sorted(self)}")
+            raise ValueError(f"{key}={name!r}: unknown {self.kind}; known: {sorted(self)}")
         params = {p.name: p for p in inspect.signature(self[name]).parameters.values()
                   if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in supplied}
         known = ", ".join(f"{n}={p.default!r}" if p.default is not p.empty else f"{n} (required)"
                           for n, p in params.items()) or "none"
         for k in kwargs:
             if k not in params:
-                raise ValueError(f"{key}.{k}: {self.kind} {name!r} takes no option {k!r}; its options: {known}")
+                raise ValueError(f"{key}_kwargs.{k}: {self.kind} {name!r} takes no option {k!r}; its options: {known}")
         for n, p in params.items():
             if p.default is p.empty and n not in kwargs:
-                raise ValueError(f"{key}.{n} is required by {self.kind} {name!r}; its options: {known}")
+                raise ValueError(f"{key}_kwargs.{n} is required by {self.kind} {name!r}; its options: {known}")

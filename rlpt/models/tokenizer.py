@@ -371,7 +371,7 @@ def builtin_tokenizer() -> Tokenizer:
 # Character-level tokenizers encode each character on its own, so a rendered user turn is exactly
 # prefix + encode(text) + suffix; caching that split skips a jinja render per prompt (SFT data hot path).
 _SPLITS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_PROBE = "probe 12+7="
+SPLIT_PROBE = "probe 12+7="  # a user text whose rendered turn shows where the text goes
 
 
 def render_user_turn(tok, messages) -> list[int]:
@@ -385,7 +385,7 @@ def user_turn_split(tok):
     if tok not in _SPLITS:
         split = None
         if tok.source == "builtin_tokenizer()":
-            full, body = render_user_turn(tok, [{"role": "user", "content": _PROBE}]), tok.encode(_PROBE)
+            full, body = render_user_turn(tok, [{"role": "user", "content": SPLIT_PROBE}]), tok.encode(SPLIT_PROBE)
             at = next((i for i in range(len(full)) if full[i:i + len(body)] == body), None)
             if at is not None:
                 split = (full[:at], full[at + len(body):])

@@ -64,12 +64,10 @@ def run(cfg: Config, tok, mixture, *, max_new_tokens: int) -> dict:
                       row=lambda step, m, extra: {"loss": m["loss"], "grad_norm": m["grad_norm"]},
                       evaluate=check_dev if dev else None, stop=stop,
                       meta=lambda: {"data": data.get_state(), "dev_curve": curve, "done": done["done"]})
-    try:
+    with runlog:
         loop = run_loop(trainer, lambda step: data.next_batch(), hooks,
                         steps=start if done["done"] else cfg.train.steps, log=runlog, log_every=cfg.train.log_every,
                         progress=cfg.train.progress, eval_every=cfg.rl.sft_check_every, eval_last=True)
-    finally:
-        runlog.close()
     history = loop.history
     return {"model": trainer.model(), "steps": int(trainer.state.step), "dev_curve": curve,
             "final_loss": history[-1]["loss"] if history else float("nan"), "history": history}

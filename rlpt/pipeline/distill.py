@@ -150,12 +150,10 @@ def run(cfg: Config) -> dict:
 
     hooks = LoopHooks(train=lambda b: to_float(trainer.step(b, host_local=not sampled)), row=row, evaluate=check,
                       meta=lambda: {"curve": curve} | ({} if sampled else {"data": data.get_state()}))
-    try:
+    with runlog:
         loop = run_loop(trainer, batch, hooks, steps=cfg.train.steps, log=runlog, log_every=cfg.train.log_every,
                         progress=cfg.train.progress, eval_every=cfg.train.eval_every,
                         show=("divergence", "student_nll", "grad_norm"))
-    finally:
-        runlog.close()
     last, t_loop = loop.last, time.time() - loop.wall_s
     after = pass1(trainer.model())
     if not curve or curve[-1][0] != cfg.train.steps:

@@ -270,7 +270,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             bmetrics = bmetrics | kl_metrics
         if algo.old_logp == "recompute":
             batch = recompute_old_logp(trainer, batch, share)
-        cur["traj"] = traj
+        cur["traj"], cur["step"] = traj, step
         return batch, bmetrics
 
     def train(batch):
@@ -278,7 +278,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         metrics = to_float(trainer.step(batch))
         cur["train_s"] = time.time() - cur["t1"]
         cstate = curriculum.update(cstate, task_outcomes(cur["traj"], G))
-        producer.publish(int(trainer.state.step), trainer.model(), cstate)
+        producer.publish(cur["step"], trainer.model(), cstate)
         return metrics
 
     def row(step, metrics, bmetrics):

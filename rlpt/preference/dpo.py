@@ -136,8 +136,7 @@ def run(cfg: Config) -> dict:
             print(f"[eval round {rnd}] held-out pass@1 = {r_eval['pass1']:.3f}", flush=True)
     after = evaluate(policy, tok, eval_tasks, max_new_tokens=cfg.rl.rollout.max_new_tokens)
     print(f"[eval after] held-out pass@1 = {after['pass1']:.3f}", flush=True)
-    if runlog.tb:
-        runlog.tb.scalar("eval/pass1", after["pass1"], p.rounds * p.steps)
+    runlog.scalar("eval/pass1", after["pass1"], p.rounds * p.steps)
     runlog.close()
     if cfg.train.export_hf:  # every process: the weights are gathered, process 0 writes
         export_checkpoint(policy, tok, os.path.join(cfg.train.out_dir, "hf"), source=cfg.train.init_from)

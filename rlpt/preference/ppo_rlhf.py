@@ -180,13 +180,11 @@ def run(cfg: Config) -> dict:
         cstate = curriculum.update(cstate, task_outcomes(cur["traj"], G))
 
     hooks = LoopHooks(train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate)})
-    try:
+    with runlog:
         with run_judges(cfg, tok, policy, cfg.train.out_dir) as judge_info:  # judges the mixture names
             loop = run_loop(trainer, next_batch, hooks, steps=p.ppo_steps, start=start, log=runlog,
                             log_every=cfg.train.log_every, progress=cfg.train.progress,
                             show=("loss", "rm_score", "pass_rate", "kl_ref"))
-    finally:
-        runlog.close()
     history = loop.history
     split["ppo"] = time.time() - t_ppo
     after = evaluate_with_rm(trainer.model(), tok, eval_tasks, rm, rcfg.max_new_tokens)

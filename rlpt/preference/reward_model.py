@@ -159,19 +159,14 @@ def train_reward_model(cfg: Config, tok, backbone: Model, out_dir: str) -> tuple
         return {"loss": m["loss"], "grad_norm": m["grad_norm"]} | {
             k: v / p.rm_batch_size for k, v in m.items() if k.startswith("rm/")}
 
-    try:
+    with runlog:
         loop = run_loop(trainer, batch, LoopHooks(row=row), steps=p.rm_steps, log=runlog,
                         log_every=cfg.train.log_every, progress=cfg.train.progress, show=("loss", "rm/accuracy"))
-    except BaseException:
-        runlog.close()
-        raise
-    last = loop.last
-    rm = RewardModel(backbone.config, jax.device_get(trainer.state.params))
-    acc = pairwise_accuracy(rm, heldout)
-    train_acc = pairwise_accuracy(rm, train[:512])
-    if runlog.tb:
-        runlog.tb.scalar("eval/pairwise_accuracy", acc, p.rm_steps)
-    runlog.close()
+        last = loop.last
+        rm = RewardModel(backbone.config, jax.device_get(trainer.state.params))
+        acc = pairwise_accuracy(rm, heldout)
+        train_acc = pairwise_accuracy(rm, train[:512])
+        runlog.scalar("eval/pairwise_accuracy", acc, p.rm_steps)
     path = os.path.join(out_dir, "reward_model")
     if jax.process_index() == 0:
         rm.save(path, tokenizer=tok)

@@ -5,11 +5,8 @@ import weakref
 import numpy as np
 
 from rlpt.models.image_processing import IMAGE_TOKEN, preprocess_tiles
-from rlpt.models.tokenizer import render_user_turn as _render  # noqa: F401  (tests read it here)
+from rlpt.models.tokenizer import SPLIT_PROBE, user_turn_ids, user_turn_split
 from rlpt.models.tokenizer import response_text as response_text  # re-exported: rollout, eval and SFT use it here
-from rlpt.models.tokenizer import user_turn_ids, user_turn_split
-
-_PROBE = "probe 12+7="  # a user text probed to find where a character tokenizer's rendered turn puts it
 
 
 def prompt_ids(tok, prompt, vision=None, tiles=None) -> list[int]:
@@ -164,7 +161,7 @@ def observation_ids(tok, text: str) -> list[int]:
     if tok not in _OBS_SPLITS:
         split = None
         if tok.source == "builtin_tokenizer()":
-            full, body = _observation_render(tok, _PROBE), tok.encode(_PROBE)
+            full, body = _observation_render(tok, SPLIT_PROBE), tok.encode(SPLIT_PROBE)
             at = next((i for i in range(len(full)) if full[i:i + len(body)] == body), None)
             if at is not None:
                 split = (full[:at], full[at + len(body):])

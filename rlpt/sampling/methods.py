@@ -141,9 +141,6 @@ class SamplingParams:
         """From any config that holds the fields (rl.rollout's RolloutConfig; min_p where it has one)."""
         return cls(cfg.temperature, cfg.top_k, cfg.top_p, getattr(cfg, "min_p", None))
 
-    def kwargs(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 def resolve_sampling(sampling, temperature, top_k, top_p, min_p) -> tuple:
     """(temperature, top_k, top_p, min_p): a SamplingParams's when given (it replaces the four keywords), else the

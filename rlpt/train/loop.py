@@ -330,13 +330,18 @@ class RunLog:
         self.tb = TBWriter(os.path.join(out_dir, "tb")) if self.is_main and tensorboard else None
         self._file = open(path, "a") if self.is_main else None
 
-    def write(self, row: dict, step: int | None = None):
-        """One step's row (it holds "step"; TensorBoard gets its scalars at `step`, default the row's)."""
+    def write(self, row: dict):
+        """One step's row (it holds "step", where TensorBoard puts its scalars)."""
         if self.tb:
-            self.tb.scalars({k: v for k, v in row.items() if k != "step"}, row["step"] if step is None else step)
+            self.tb.scalars({k: v for k, v in row.items() if k != "step"}, row["step"])
         if self._file:
             self._file.write(json.dumps(row) + "\n")
             self._file.flush()
+
+    def scalar(self, tag: str, value: float, step: int):
+        """A value outside the step rows (an evaluation) to TensorBoard."""
+        if self.tb:
+            self.tb.scalar(tag, value, step)
 
     def close(self):
         if self.tb:
@@ -344,6 +349,12 @@ class RunLog:
         if self._file:
             self._file.close()
             self._file = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 @dataclasses.dataclass
@@ -377,11 +388,11 @@ class LoopResult:
 
 def run_loop(trainer: Trainer, next_batch, hooks: LoopHooks | None = None, *, steps: int, log: RunLog,
              log_every: int = 10, progress: bool = True, eval_every: int = 0, eval_last: bool = False,
-             ckpt_every: int | None = None, step_offset: int = 0, show: tuple[str, ...] = ("loss", "grad_norm"),
-             start: int | None = None, close_checkpointer: bool = True) -> LoopResult:
+             step_offset: int = 0, show: tuple[str, ...] = ("loss", "grad_norm"),
+             start: int | None = None) -> LoopResult:
     """The one stage loop: from the trainer's step (resumed or 0) to `steps`, each step
     next_batch(step) -> (batch, extra) -> hooks.train -> row (+ hooks.evaluate at eval_every, the last step only
-    with eval_last) -> hooks.after -> checkpoint (every ckpt_every (default train.ckpt_every), at the last step and
+    with eval_last) -> hooks.after -> checkpoint (every train.ckpt_every steps, at the last step and
     when hooks.stop ends the loop; with hooks.meta) -> log (rows carry "step" + step_offset) -> progress line.
 
     start: the loop step to continue after (default the trainer's step; a stage of several optimizer steps per loop
@@ -390,7 +401,7 @@ def run_loop(trainer: Trainer, next_batch, hooks: LoopHooks | None = None, *, st
     """
     hooks = hooks or LoopHooks()
     ck = trainer.checkpointer
-    every = trainer.cfg.train.ckpt_every if ckpt_every is None else ckpt_every
+    every = trainer.cfg.train.ckpt_every
     start = int(trainer.state.step) if start is None else start
     history, last, stopped, t0 = list(log.history), {}, False, time.time()
     bar = Progress(steps, start, log_every, progress)
@@ -416,7 +427,7 @@ def run_loop(trainer: Trainer, next_batch, hooks: LoopHooks | None = None, *, st
             bar.update(step, {k: row[k] for k in show if k in row})
     finally:
         bar.close()
-        if ck is not None and close_checkpointer:
+        if ck is not None:
             ck.close()
     return LoopResult(history, last, int(trainer.state.step), stopped, time.time() - t0)
 

@@ -55,10 +55,9 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
         tasks = heldout_tasks(names, tiers, max(1, cfg.train.eval_samples // len(names)), cfg.domains.eval_offset)
         res = evaluate(trainer.model(), tok, tasks, max_new_tokens=cfg.train.eval_max_new_tokens)
         evals[tag] = res
-        if runlog.tb:
-            runlog.tb.scalar("eval/pass1", res["pass1"], int(trainer.state.step))
-            for d, v in res["per_domain"].items():
-                runlog.tb.scalar(f"eval/pass1/{d}", v, int(trainer.state.step))
+        runlog.scalar("eval/pass1", res["pass1"], int(trainer.state.step))
+        for d, v in res["per_domain"].items():
+            runlog.scalar(f"eval/pass1/{d}", v, int(trainer.state.step))
         print(f"[eval {tag}] held-out pass@1 = {res['pass1']:.3f}", flush=True)
         return res
 
@@ -82,14 +81,12 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
         run_eval(f"step{step}")
         return {}
 
-    try:
+    with runlog:
         loop = run_loop(trainer, lambda step: data.next_batch(), LoopHooks(
             train=train, row=row, evaluate=step_eval, meta=lambda: {"data": data.get_state()}),
             steps=cfg.train.steps, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
             eval_every=cfg.train.eval_every, show=("loss", "grad_norm", "lr", "tokens_per_s"))
         after = run_eval("after")
-    finally:
-        runlog.close()
     last = {k: v for k, v in loop.last.items() if k != "step"}
     new_rows = loop.history[len(runlog.history):]
     tokens_seen = sum(r["tokens"] for r in new_rows)

@@ -2,7 +2,8 @@
 import pytest
 
 from rlpt.models import builtin_tokenizer
-from rlpt.rollout.format import _render, completion_ids, prompt_ids, response_text
+from rlpt.models.tokenizer import render_user_turn as _render
+from rlpt.rollout.format import completion_ids, prompt_ids, response_text
 
 
 @pytest.mark.parametrize("text", ["12+7=", "sort 3 9 0:", "a\nb\tc  ", "x<|end|>y", "", "é"])
