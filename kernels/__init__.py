@@ -10,10 +10,12 @@ if __name__ == "kernels":
 else:
     from rlpt.kernels.api import (  # noqa: F401
         ATTENTION_IMPLS,
+        SEQUENCE_SHARDED_IMPLS,
         __all__,  # noqa: F401
         allgather_attention,
         attention,
         attention_mask,
+        attention_over_two_key_sets,
         blockwise_attention,
         flash_attention,
         make_context_parallel_attention,

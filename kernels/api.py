@@ -5,6 +5,8 @@ ids (segment 0 is padding), and returns (out, lse). `attention` picks one by nam
 """
 from collections.abc import Callable
 
+import jax
+import jax.numpy as jnp
 from rlpt.kernels.blockwise import blockwise_attention
 from rlpt.kernels.flash import flash_attention
 from rlpt.kernels.mask import attention_mask, default_positions_and_segments
@@ -17,6 +19,7 @@ from rlpt.kernels.ring import (
 )
 
 # "ring" / "allgather" read the mesh set by jax.set_mesh and shard the sequence over its "seq" axis.
+SEQUENCE_SHARDED_IMPLS = ("ring", "allgather")
 ATTENTION_IMPLS: dict[str, Callable] = {
     "reference": reference_attention,
     "blockwise": blockwise_attention,
@@ -51,6 +54,23 @@ def attention(q, k, v, *, q_positions=None, kv_positions=None, q_segment_ids=Non
     return (out, lse) if return_lse else out
 
 
-__all__ = ["attention", "attention_mask", "reference_attention", "blockwise_attention", "flash_attention",
-           "ring_attention", "allgather_attention", "make_ring_attention", "make_context_parallel_attention",
-           "register_attention", "ATTENTION_IMPLS"]
+def attention_over_two_key_sets(q, q_positions, q_segment_ids, first: tuple, second: tuple, *, causal=True,
+                                sliding_window=None, impl="reference"):
+    """Attention of q (B, T, H, Dh) over the union of two key sets, each (k, v, positions, segment_ids) with
+    k, v (B, S_i, KV, Dh): one `attention` call per set, merged by their log-sum-exps (exact; each set may be in
+    its own column layout). A query that sees no key of a set gets weight 0 from it; one that sees none at all, 0."""
+    parts = [attention(q, k, v, q_positions=q_positions, kv_positions=kpos, q_segment_ids=q_segment_ids,
+                       kv_segment_ids=kseg, causal=causal, sliding_window=sliding_window, impl=impl, return_lse=True)
+             for k, v, kpos, kseg in (first, second)]
+    (o1, l1), (o2, l2) = parts  # out (B, T, H, Dh), lse (B, H, T) f32, -inf where a query saw nothing
+    top = jax.lax.stop_gradient(jnp.maximum(l1, l2))  # any shift gives the same value: keep it out of the grad
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    w1, w2 = jnp.exp(l1 - top), jnp.exp(l2 - top)
+    total = w1 + w2
+    w1, w2 = (jnp.transpose(w / jnp.where(total > 0, total, 1.0), (0, 2, 1))[..., None] for w in (w1, w2))
+    return (o1.astype(jnp.float32) * w1 + o2.astype(jnp.float32) * w2).astype(q.dtype)
+
+
+__all__ = ["attention", "attention_mask", "attention_over_two_key_sets", "reference_attention", "blockwise_attention",
+           "flash_attention", "ring_attention", "allgather_attention", "make_ring_attention",
+           "make_context_parallel_attention", "register_attention", "ATTENTION_IMPLS", "SEQUENCE_SHARDED_IMPLS"]

@@ -14,7 +14,7 @@ from rlpt.config.validate import ConfigError
 from rlpt.models.config import ModelConfig
 
 # ModelConfig fields that say how a model runs, not what it is: a run sets them on a checkpoint.
-RUNTIME_FIELDS = ("param_dtype", "compute_dtype", "logits_dtype", "attention_impl", "remat", "scan_layers",
+RUNTIME_FIELDS = ("param_dtype", "compute_dtype", "logits_dtype", "attention_impl", "ops", "remat", "scan_layers",
                   "logits_chunk")
 # Fields a checkpoint's config.json does not hold (rlpt's own knobs and init scale): never a conflict.
 _NOT_IN_CHECKPOINT = ("initializer_range",)

@@ -131,6 +131,9 @@ class ModelConfig:
     # kernels.ATTENTION_IMPLS ("reference", "blockwise", "flash", "ring", "allgather"); "auto": dense below
     # MEMORY_SAFE_PARAMS parameters, blockwise from there up (`resolved_attention_impl`).
     attention_impl: str = "auto"
+    # The ops backend the model is computed with (rlpt.models.ops): "auto" (xla_cpu when compiling for CPU,
+    # reference elsewhere), "reference" (plain jnp + autodiff) or "xla_cpu" (XLA:CPU's measured rewrites).
+    ops: str = "auto"
     # Per-layer rematerialisation policy (REMAT_POLICIES); "auto": none below MEMORY_SAFE_PARAMS, full above.
     remat: str = "auto"
     # LM-head chunking for the losses' token log-probs (rlpt.train.logprobs): -1 auto (chunk when the f32 logits
@@ -160,6 +163,8 @@ class ModelConfig:
         if self.attention_impl not in ("auto", "dense") and self.attention_impl not in kernels.ATTENTION_IMPLS:
             raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'auto', 'dense' or one of "
                              f"{sorted(kernels.ATTENTION_IMPLS)}")
+        if self.ops not in ("auto", "reference", "xla_cpu"):
+            raise ValueError(f"model.ops={self.ops!r}; expected 'auto', 'reference' or 'xla_cpu'")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"model.remat={self.remat!r}; expected one of {REMAT_POLICIES}")
         if isinstance(self.logits_chunk, bool) or not isinstance(self.logits_chunk, int) or self.logits_chunk < -1:

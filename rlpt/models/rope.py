@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models.config import ModelConfig
-from rlpt.models.xla_cpu import materialized
+from rlpt.models.ops import ops_for
 
 
 def _base_inv_freq(base: float, dim: int) -> np.ndarray:
@@ -87,18 +87,9 @@ def rope_cos_sin(cfg: ModelConfig, positions):
     inv, scale = rope_frequencies(cfg, positions)
     freqs = positions.astype(jnp.float32)[:, :, None] * inv[:, None, :]  # (B, T, Dh/2)
     emb = jnp.concatenate([freqs, freqs], axis=-1)
-    return _materialized_cos_sin(emb, scale, positions)
-
-
-def _materialized_cos_sin(emb, scale, positions):
-    """(cos(emb) * scale, sin(emb) * scale), computed once into buffers.
-
-    Left to itself XLA fuses the cos/sin into every layer's RoPE, forward and backward, and evaluates them once
-    per head there (~5 ms per fusion in the 10M train-step benchmark: ~10% of the step). They come out of
-    `materialized`'s loop instead, whose trip count XLA cannot know (1; 2 for a batch with negative positions),
-    every trip computing the same values.
-    """
-    return materialized(lambda: (jnp.cos(emb) * scale, jnp.sin(emb) * scale), jnp.min(positions) < 0)
+    # computed once for every layer (`ops.xla_cpu.buffered` keeps XLA:CPU from fusing them into each RoPE);
+    # the flag is the CPU loop's runtime trip condition, never true for real positions
+    return ops_for(cfg).buffered(lambda: (jnp.cos(emb) * scale, jnp.sin(emb) * scale), jnp.min(positions) < 0)
 
 
 def apply_rope(x, cos, sin):

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models.config import DTYPES, SELECT_STRATEGIES, ModelConfig, VisionConfig  # noqa: F401  (re-exported)
-from rlpt.models.transformer import LoraWeight, dense
+from rlpt.models.ops.lora import LoraWeight
+from rlpt.models.ops.reference import dense
 from rlpt.models.transformer import forward as text_forward
 from rlpt.models.transformer import init_params as text_init_params
 from rlpt.models.transformer import param_axes as text_param_axes

@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from rlpt.models.config import resolved_remat
-from rlpt.models.xla_cpu import compiling_for, on_cpu
+from rlpt.models.ops import compiling_for, resolved_ops
 from rlpt.parallel import axis_rules, make_mesh
 from rlpt.parallel.rules import recording_unsplit
 from rlpt.plan import analyze
@@ -161,7 +161,7 @@ def decode_weights_of(params, cfg):
     from rlpt.models import Model
     from rlpt.sampling import engine
 
-    if on_cpu():
+    if resolved_ops(cfg) == "xla_cpu":
         return params
     shapes = jax.eval_shape(lambda p: engine.decode_weights(Model(cfg, p)), params)
     if jax.tree.structure(shapes) != jax.tree.structure(params):

@@ -4,10 +4,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rlpt.models.decode import DecodeLayout, decode_layout, decode_logits
+from rlpt.models.ops import resolved_ops
+from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_layout, decode_logits
 from rlpt.models.quant import dense_params, quantized_params
 from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden, merged_params
-from rlpt.models.xla_cpu import on_cpu
 from rlpt.sampling.methods import row_uniforms, sample
 from rlpt.sampling.sharding import constrain_cache
 from rlpt.sampling.state import CACHE_FULL, LENGTH, RUNNING, STOP, SamplingState, empty_state
@@ -107,22 +107,23 @@ def prefix_kv(params, tokens, *, cfg, kv_cache_dtype=None):
 
 
 def decode_weights(model, *, quant="none", quant_group=128):
-    """The weights `decode` reads for `model`, chosen once per generation (`on_cpu()`, which honours
-    `xla_cpu.compiling_for`): on CPU the feature-major `DecodeLayout` (a copy of every weight, measured faster
-    on XLA:CPU), built once per weight version and kept on the model (`Model.derived`); on other backends the
+    """The weights `decode` reads for `model`, chosen once per generation by the model's ops backend
+    (`rlpt.models.ops.resolved_ops`, which honours `compiling_for`): with `xla_cpu` (CPU by default) the
+    feature-major `DecodeLayout` (a copy of every weight, measured faster on XLA:CPU), built once per weight
+    version and kept on the model (`Model.derived`); with `reference` (other backends by default) the
     params as they are (decode runs the model's own cached forward; the per-layer slices fuse into its matmuls),
     except that matrices stored wider than the compute dtype (an f32 policy sampled in bf16) are cast once per
     weight version, not read wide and converted at every decoded token.
     quant "int8" / "int4": the same from `sampler_params`' quantized weights (on CPU a DecodeLayout of int8 /
-    int4 (out, in) weights that `decode.project` contracts; elsewhere the quantized params, which the model's
+    int4 (out, in) weights that `xla_cpu_decode.project` contracts; elsewhere the quantized params, which the model's
     forward reads dequantized)."""
     if quant != "none":
         qparams = sampler_params(model, quant, quant_group)
-        if on_cpu():
+        if resolved_ops(model.config) == "xla_cpu":
             return model.derived(f"decode_layout_{_quant_key(quant, quant_group)}",
                                  lambda _, cfg: decode_layout(qparams, cfg))
         return qparams
-    if on_cpu():
+    if resolved_ops(model.config) == "xla_cpu":
         return model.derived("decode_layout", decode_layout)
     if all(jnp.dtype(model.params["layers"][w].dtype) == jnp.dtype(model.config.dtype) for w in _MATRICES):
         return model.params

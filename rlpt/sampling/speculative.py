@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlpt.models.decode import DecodeLayout, decode_logits
+from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_logits
 from rlpt.models.transformer import hidden_states, layer_list, logits_from_hidden, merged_params
 from rlpt.sampling import engine
 from rlpt.sampling.generate import (

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from rlpt.models import Model, ModelConfig, init_model  # noqa: E402
-from rlpt.models.decode import decode_params, project  # noqa: E402
+from rlpt.models.ops.xla_cpu_decode import decode_params, project  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
 from rlpt.sampling import generate  # noqa: E402
 

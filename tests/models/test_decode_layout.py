@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlpt.models import ModelConfig, init_model
-from rlpt.models.decode import decode_logits, decode_params
+from rlpt.models.ops.xla_cpu_decode import decode_logits, decode_params
 from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden
 
 BASE = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,

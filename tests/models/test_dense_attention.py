@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from rlpt import kernels
-from rlpt.models.transformer import causal_chunks, dense_attention, dense_self_attention
+from rlpt.models.ops.xla_cpu import attention as dense_attention
+from rlpt.models.ops.xla_cpu import causal_chunks
+from rlpt.models.ops.xla_cpu import self_attention as dense_self_attention
 
 
 def _inputs(dtype):
@@ -109,7 +111,7 @@ def _zero_blocks(monkeypatch, recomputed: bool) -> int:
     """Zero-filled f32 (B*KV, T*G, S) blocks in the compiled gradient of chunked attention."""
     import re
 
-    import rlpt.models.transformer as tr
+    import rlpt.models.ops.xla_cpu as tr
     monkeypatch.setattr(tr, "_RECOMPUTED_FALLBACK", recomputed)
     q, k, v, pos, seg = _inputs(jnp.float32)  # B=3, KV=2, G=2, T=S=24: blocks (6, 48, 24)
 

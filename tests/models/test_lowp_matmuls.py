@@ -14,7 +14,8 @@ import pytest
 
 from rlpt.config import OptimConfig
 from rlpt.models import ModelConfig, init_model
-from rlpt.models.transformer import _contract_queries, _scale, add_bias, dense
+from rlpt.models.ops.xla_cpu import _contract_queries, add_bias, dense
+from rlpt.models.ops.xla_cpu import norm_scale as _scale
 from rlpt.train.losses import sft_loss
 from rlpt.train.optim import make_optimizer
 from rlpt.train.state import create_state
@@ -147,7 +148,7 @@ def test_bias_and_norm_scale_gradients_equal_autodiff(dtype):
 
 
 def _tied_step_hlo(monkeypatch, transposed: bool, dtype: str) -> str:
-    import rlpt.models.transformer as tr
+    import rlpt.models.ops.xla_cpu as tr
     monkeypatch.setattr(tr, "_SMALL_OPERAND_COPIED", transposed)
     cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4,
                       num_kv_heads=2, tie_embeddings=True, compute_dtype=dtype, param_dtype="float32")
@@ -175,7 +176,7 @@ def test_weight_gradients_do_not_transpose_the_large_operand(monkeypatch, dtype)
 def test_swiglu_equals_autodiff_of_the_plain_formula(dtype):
     """_swiglu (16-bit compute's SwiGLU on the projections' f32 accumulators) has the values and gradients of
     silu(gate) * up in f32, its output rounded once to the compute dtype."""
-    from rlpt.models.transformer import _swiglu
+    from rlpt.models.ops.xla_cpu import _swiglu
     rng = np.random.default_rng(4)
     gate, up = (jnp.asarray(rng.normal(size=(2, 5, 24)) * 3, jnp.float32) for _ in range(2))
     out, vjp = jax.vjp(lambda g, u: _swiglu(g, u, jnp.dtype(dtype)), gate, up)
@@ -191,7 +192,7 @@ def test_swiglu_equals_autodiff_of_the_plain_formula(dtype):
 def test_own_buffer_is_the_identity_in_values_and_gradients():
     """_own_buffer (q and k written out before attention's layout copy, and their gradients likewise) changes
     no value: forward and backward are the identity, under jit and in the compiled step's loss."""
-    from rlpt.models.transformer import _own_buffer
+    from rlpt.models.ops.xla_cpu import _own_buffer
     x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 3, 4, 8)), BF16)
     out, vjp = jax.vjp(jax.jit(_own_buffer), x)
     np.testing.assert_array_equal(_f32(out), _f32(x))
@@ -202,7 +203,7 @@ def test_own_buffer_is_the_identity_in_values_and_gradients():
 def test_the_cpu_layout_workarounds_leave_the_bf16_step_unchanged(monkeypatch):
     """The step's loss and gradient norm with `_own_buffer` and the transposed head gradient on equal them off
     (bf16 rounding of q/k at the buffer may move the last bits only)."""
-    import rlpt.models.transformer as tr
+    import rlpt.models.ops.xla_cpu as tr
     cfg = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                       num_kv_heads=2, tie_embeddings=True, compute_dtype="bfloat16", param_dtype="float32")
     params = init_model(cfg, seed=0).params
@@ -225,7 +226,7 @@ def test_contract_queries_copies_the_small_operand(monkeypatch):
     """At 16 bits the key-side contraction is computed as (N, Dh, S) and transposed after: XLA:CPU then copies
     the (N, Q, Dh) operand into a transposed layout, not the (N, Q, S) probabilities (the plain output order
     copies those: 64 such blocks per train step of the benchmark)."""
-    import rlpt.models.transformer as tr
+    import rlpt.models.ops.xla_cpu as tr
     a = jnp.zeros((3, 12, 40), BF16)
     b = jnp.zeros((3, 12, 4), BF16)
 

@@ -172,7 +172,7 @@ def test_matmul_flops_count_every_trip_of_a_layer_scan():
 
 def test_compiling_for_a_tpu_drops_the_cpu_rewrites():
     """A rehearsal traces on a CPU host for a TPU: the model's XLA:CPU-only forms must be off inside it."""
-    from rlpt.models.xla_cpu import compiling_for, on_cpu
+    from rlpt.models.ops import compiling_for, on_cpu
 
     assert on_cpu()  # the test process runs on CPU
     with compiling_for("tpu"):

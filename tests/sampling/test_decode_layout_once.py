@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rlpt.models import Model, ModelConfig, init_model
-from rlpt.models.decode import DecodeLayout, decode_layout
-from rlpt.models.xla_cpu import compiling_for
+from rlpt.models.ops import compiling_for
+from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_layout
 from rlpt.sampling import continue_generation, engine, generate, generate_refill
 from rlpt.sampling.methods import make_methods
 from tests.sampling.helpers import PROMPTS, tiny_model

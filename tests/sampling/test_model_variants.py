@@ -37,14 +37,15 @@ def test_bf16_cache_is_stored_as_bits_and_decodes_like_recomputation():
     token); the decode must still read back exactly what a full bf16 forward computes."""
     import jax.numpy as jnp
 
-    from rlpt.models.transformer import _cache_load, _cache_store, _write_rows, init_cache
+    from rlpt.models.ops.xla_cpu import cache_load as _cache_load
+    from rlpt.models.ops.xla_cpu import cache_write as _cache_write
+    from rlpt.models.transformer import init_cache
 
     cfg = dataclasses.replace(TINY, compute_dtype="bfloat16")
     cache = init_cache(cfg, 2, 6)
     assert cache["k"][0].dtype == jnp.uint16
     new = jnp.asarray(np.random.default_rng(0).normal(size=(2, 2, 1, 8)), jnp.bfloat16)
-    out = _cache_load(_write_rows(cache["k"][0][..., :8], _cache_store(new), jnp.array([1, 4]),
-                                  axis=2), jnp.bfloat16)
+    out = _cache_load(_cache_write(cache["k"][0][..., :8], new, jnp.array([1, 4])), jnp.bfloat16)
     assert out.dtype == jnp.bfloat16
     np.testing.assert_array_equal(np.asarray(out[0, :, 1:2], np.float32), np.asarray(new[0], np.float32))
     np.testing.assert_array_equal(np.asarray(out[1, :, 4:5], np.float32), np.asarray(new[1], np.float32))

@@ -9,9 +9,11 @@ import pytest
 import qwix
 
 from rlpt.models import Model
-from rlpt.models.decode import decode_layout
+from rlpt.models.ops.xla_cpu import cache_load as _cache_load
+from rlpt.models.ops.xla_cpu import cache_write as _cache_write
+from rlpt.models.ops.xla_cpu_decode import decode_layout
 from rlpt.models.quant import QUANTIZED, quantize_matrix
-from rlpt.models.transformer import _cache_load, _cache_write, hidden_states, init_cache, logits_from_hidden
+from rlpt.models.transformer import hidden_states, init_cache, logits_from_hidden
 from rlpt.sampling import continue_generation, engine, generate
 from tests.sampling.helpers import PROMPTS, TINY, log_softmax, teacher_forced, tiny_model
 
@@ -125,7 +127,7 @@ def test_generate_quantized_samples_the_quantized_model_close_to_full(quant, kl_
 def test_plain_params_decode_path_samples_what_the_cpu_layout_samples():
     """Other backends decode on the quantized params (dequantized in the loop) instead of the CPU layout: the same
     greedy tokens and log-probs."""
-    from rlpt.models.xla_cpu import compiling_for
+    from rlpt.models.ops import compiling_for
 
     model = tiny_model()
     cpu = generate(model, PROMPTS, 6, temperature=0.0, quant="int4", quant_group=16)

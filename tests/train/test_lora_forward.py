@@ -173,7 +173,7 @@ def test_a_wrapped_model_samples_and_exports_as_merged(tmp_path):
     """A Model holding LoraWeights samples (CPU layout and the other backends' cached forward) and exports what the
     merged weights give."""
     from rlpt.models import Model, load_pretrained
-    from rlpt.models.xla_cpu import compiling_for
+    from rlpt.models.ops import compiling_for
     from rlpt.sampling import generate
 
     cfg, base, lcfg, adapters, tokens = _setup("qwen2_qkv_bias")

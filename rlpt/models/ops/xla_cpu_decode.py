@@ -1,11 +1,11 @@
-"""One-token decoding with the activations laid out feature-major, (features, rows), and weights as (out, in).
+"""The XLA:CPU backend's decode step: activations laid out feature-major, (features, rows), weights as (out, in).
 
 A decode step multiplies a few dozen rows by every weight matrix. XLA:CPU runs those products up to ~1.8x
 faster as (out, in) weights times (in, rows) activations than as (rows, in) times (in, out): the 8 MLPs of the
 sampler benchmark's model at 32 rows take 5.7 ms against 9.2-10.2 ms (2-core AVX2 CPU, docs/benchmarks.md),
 and a transpose around each product alone does not get there (7.3 ms: XLA folds it back into the dot). So the
 residual stream stays (D, B) through the layers; only the small per-row pieces (q, k, v and the attention
-output, (B, heads, Dh)) are transposed (on CPU into their own buffers, `materialized`), and the attention over
+output, (B, heads, Dh)) are transposed (into their own buffers, `materialized`), and the attention over
 the cache is the model's own (`cached_attend`).
 The math is `transformer.hidden_states` with a cache (same dtypes, roundings and cache writes), up to the
 summation order of the products.
@@ -20,18 +20,10 @@ import qwix
 
 from rlpt.models import quant
 from rlpt.models.config import DTYPES, ModelConfig
+from rlpt.models.ops.lora import LoraWeight
+from rlpt.models.ops.xla_cpu import gate_up_dtype, materialized, rms_normalize, swiglu
 from rlpt.models.rope import rope_cos_sin
-from rlpt.models.transformer import (
-    LoraWeight,
-    cached_attend,
-    gate_up_dtype,
-    layer_list,
-    over_cache,
-    qkv_tail,
-    rms_normalize,
-    swiglu,
-)
-from rlpt.models.xla_cpu import materialized, on_cpu
+from rlpt.models.transformer import cached_attend, layer_list, over_cache, qkv_tail
 from rlpt.parallel.rules import constrain
 
 COLUMNS = ("act_embed", "batch")  # logical axes of a (D, B) activation
@@ -78,7 +70,7 @@ def decode_params(params, cfg: ModelConfig) -> dict:
               "w_down": out_in(lp["w_down"], 1), "attn_norm": col(lp["attn_norm"]), "mlp_norm": col(lp["mlp_norm"])}
         fm |= {k: lp[k] for k in ("bq", "bk", "bv", "q_norm", "k_norm") if k in lp}
         fm |= {k: col(lp[k]) for k in ("bo", "b_down") if k in lp}
-        # at 16 bits the gate/up biases add to the f32 accumulators in their own dtype, as `add_bias` does there
+        # at 16 bits the gate/up biases add to the f32 accumulators in their own dtype, as `xla_cpu.add_bias` does there
         fm |= {k: col(lp[k], lp[k].dtype) for k in ("b_gate", "b_up") if k in lp}
         layers.append(fm)
     head = params["embed"] if cfg.tie_embeddings else params["lm_head"].T  # (V, D)
@@ -100,10 +92,10 @@ def project(w, x, out_dtype):
 
 
 def _mlp(cfg, lp, h):
-    gate, up = jnp.split(project(lp["w_gate_up"], h, gate_up_dtype(cfg)), 2)
+    gate, up = jnp.split(project(lp["w_gate_up"], h, gate_up_dtype(cfg.dtype)), 2)
     if cfg.mlp_bias:
         gate, up = gate + lp["b_gate"].astype(gate.dtype), up + lp["b_up"].astype(up.dtype)
-    out = project(lp["w_down"], constrain(swiglu(cfg, gate, up), ("act_mlp", "batch")), cfg.dtype)
+    out = project(lp["w_down"], constrain(swiglu(gate, up, cfg.dtype), ("act_mlp", "batch")), cfg.dtype)
     return out + lp["b_down"] if cfg.mlp_bias else out
 
 
@@ -122,8 +114,8 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
     cos, sin = rope_cos_sin(cfg, pos)
     again = jnp.min(pos) < 0  # never true for a decoded token: `materialized` runs once
 
-    def own(fn):  # fn() in its own buffers on CPU, where XLA would fold the transpose into the matmul
-        return materialized(fn, again) if on_cpu() else fn()
+    def own(fn):  # fn() in its own buffers, where XLA would fold the transpose into the matmul
+        return materialized(fn, again)
 
     x = constrain(jnp.take(dparams["embed"], tokens.reshape(-1), axis=0).astype(dt).T, COLUMNS)  # (D, B * T)
 
