@@ -8,7 +8,7 @@ Both runs train the same model on the same global mesh (data=8) and the same bat
 (all-reduce, all-gather, reduce-scatter, collective-permute, all-to-all), summed over devices. Both runs share
 this machine's cores; measure when nothing else runs.
 
-    python scripts/bench/multiprocess.py [--steps 20] [--hidden 256] [--layers 4] [--seq 256] [--batch 32]
+    python scripts/bench/multi_process.py [--steps 20] [--hidden 256] [--layers 4] [--seq 256] [--batch 32]
 
 The last line is JSON: ours = 2x4 tokens/s, peer = 1x8 tokens/s, ratio = ours / peer (goal >= 0.8).
 """
