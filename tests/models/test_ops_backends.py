@@ -53,11 +53,15 @@ def test_the_model_and_its_gradients_equal_across_backends(arch, dtype):
 
     def run(ops):
         cfg = _cfg(arch, dtype, ops)
-        loss = lambda p: jnp.sum(forward(p, cfg, tokens, positions, segments).astype(jnp.float32) * weights)  # noqa: E731
-        return jax.jit(jax.value_and_grad(loss))(params), forward(params, cfg, tokens, positions, segments)
 
-    (loss_c, grads_c), logits_c = run("xla_cpu")
-    (loss_r, grads_r), logits_r = run("reference")
+        def loss(p):
+            logits = forward(p, cfg, tokens, positions, segments)
+            return jnp.sum(logits.astype(jnp.float32) * weights), logits
+
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+
+    (loss_c, logits_c), grads_c = run("xla_cpu")
+    (loss_r, logits_r), grads_r = run("reference")
     _close(logits_c, logits_r, dtype, "logits")
     flat_c, flat_r = jax.tree_util.tree_flatten_with_path(grads_c)[0], jax.tree.leaves(grads_r)
     for (path, g_c), g_r in zip(flat_c, flat_r, strict=True):
@@ -74,10 +78,16 @@ def test_each_op_equals_its_reference(dtype):
     arr = lambda *shape, s=1.0, d=dt: jnp.asarray(rng.normal(size=shape) * s, d)  # noqa: E731
 
     def check(name, fn_c, fn_r, *args):
-        (out_c, vjp_c), (out_r, vjp_r) = jax.vjp(fn_c, *args), jax.vjp(fn_r, *args)
+        g = jnp.asarray(rng.normal(size=jax.eval_shape(fn_r, *args).shape), jax.eval_shape(fn_r, *args).dtype)
+
+        def out_and_grads(fn, args):
+            out, vjp = jax.vjp(fn, *args)
+            return out, vjp(g)
+
+        (out_c, grads_c), (out_r, grads_r) = (jax.jit(out_and_grads, static_argnums=0)(fn, args)
+                                              for fn in (fn_c, fn_r))
         _close(out_c, out_r, dtype, name)
-        g = jnp.asarray(rng.normal(size=out_r.shape), out_r.dtype)
-        for i, (a, b) in enumerate(zip(jax.jit(vjp_c)(g), jax.jit(vjp_r)(g), strict=True)):
+        for i, (a, b) in enumerate(zip(grads_c, grads_r, strict=True)):
             assert a.dtype == b.dtype, f"{name}: gradient {i} dtype {a.dtype} vs {b.dtype}"
             _close(a, b, dtype, f"{name}: gradient {i}")
 
@@ -120,8 +130,9 @@ def test_the_cached_forward_equals_across_backends(dtype):
     for ops, cfg in cfgs.items():
         cache = init_cache(cfg, 2, 8)
         assert cache["k"][0].dtype == ops_for(cfg).cache_store_dtype(cfg.dtype)
-        h1, cache = hidden_states(params, cfg, tokens[:, :6], cache=cache)
-        h2, cache = hidden_states(params, cfg, tokens[:, 6:], jnp.full((2, 1), 6), cache=cache)
+        step = jax.jit(lambda p, t, pos, c, cfg=cfg: hidden_states(p, cfg, t, pos, cache=c))
+        h1, cache = step(params, tokens[:, :6], None, cache)
+        h2, cache = step(params, tokens[:, 6:], jnp.full((2, 1), 6), cache)
         out[ops] = (h1, h2, ops_for(cfg).cache_load(cache["k"][1], cfg.dtype))
     if dtype == "bfloat16":
         assert cache["k"][0].dtype == jnp.bfloat16  # the reference stores the compute dtype
