@@ -16,7 +16,7 @@ Workloads (fixed shapes; always `model.remat=full` and `mesh=fsdp` over the whol
   dpo   32 pairs x 2048 tokens: stage=dpo pref.batch_size=32 pref.max_len=2048 (the train step only)
 `optim.grad_accum` gives each micro-batch one row (SFT, GRPO) or one pair (DPO) per chip: grad_accum = rows / chips,
 within what the batch allows (a power of two dividing 32 rows / pairs; for GRPO dividing the 16 prompts, as
-`rl.algo.share_prefix` keeps groups whole), so at most 16 for GRPO (2 rows per chip on 4 chips), and 1 when the
+`rl.exec.share_prefix` keeps groups whole), so at most 16 for GRPO (2 rows per chip on 4 chips), and 1 when the
 slice has more chips than rows. Only when that does not fit and a larger grad_accum still leaves each chip at least
 one row does it try that before a larger slice. Chips: v5e for models up to 1.5B parameters, v5p above.
 

@@ -22,6 +22,3 @@ def check_algo_options(algo, key: str = "rl.algo") -> None:
         raise ValueError(f"{key}.correction_level={algo.correction_level!r} reweights trainer / rollout "
                          f"log-probs, but {key}.old_logp='rollout' makes them the same array (every weight 1): "
                          f"set {key}.old_logp=recompute")
-    if algo.share_prefix and not algo.logits_window:
-        raise ValueError(f"{key}.share_prefix=true runs each group's prompt once and the responses in the logit "
-                         f"window, so it needs {key}.logits_window=true (or set {key}.share_prefix=false)")

@@ -7,10 +7,11 @@ and `validate` checks them all before any work.
 """
 import dataclasses
 import os
+import warnings
 from typing import Any
 
 from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardConfig
-from rlpt.config.validate import choice, num, validate
+from rlpt.config.validate import ConfigError, choice, num, validate
 from rlpt.models.config import ModelConfig
 from rlpt.parallel.rules import DEFAULT_RULES
 
@@ -145,12 +146,10 @@ class AlgoConfig:
     # Ratio denominator: the sampler's log-probs ("rollout") or a trainer forward before the update
     # ("recompute"; then `correction` reweights the rollout/trainer mismatch).
     old_logp: str = choice("rollout", "rollout", "recompute")
-    # The LM head and log-softmax run only on a window of columns covering each row's response (prompt
-    # positions carry no loss; TRL's logits_to_keep). The loss is the same; false computes every column.
-    logits_window: bool = True
-    # The G rows of a group share their prompt: it runs through the policy once per group (its K/V broadcast to
-    # the G responses, gradients summed back) instead of G times. Same loss and gradients; needs logits_window.
-    share_prefix: bool = True
+    # Deprecated: moved to rl.exec (how the update runs, not what it optimises). Set here, they are copied to
+    # rl.exec with a FutureWarning (`RLConfig.__post_init__`); None: not set.
+    logits_window: bool | None = None
+    share_prefix: bool | None = None
     correction_level: str = choice("none", "none", "token", "sequence", "geometric")
     correction_mode: str = choice("truncate", "truncate", "mask")
     correction_cap: float = num(2.0, gt=0)
@@ -158,6 +157,19 @@ class AlgoConfig:
     overlong_filter: bool = False  # mask truncated samples out of the loss
     overlong_buffer: int = num(0, ge=0)  # DAPO soft overlong penalty over the last N tokens (0: off)
     overlong_penalty: float = num(1.0, ge=0)
+
+
+@dataclasses.dataclass
+class ExecConfig:
+    """How the RL update is computed, not what it optimises: every switch here leaves the loss and its gradients
+    unchanged (tests/pipeline/test_rl_loss.py checks each against the plain computation)."""
+
+    # The LM head and log-softmax run only on a window of columns covering each row's response (prompt
+    # positions carry no loss; TRL's logits_to_keep). The loss is the same; false computes every column.
+    logits_window: bool = True
+    # The G rows of a group share their prompt: it runs through the policy once per group (its K/V broadcast to
+    # the G responses, gradients summed back) instead of G times. Same loss and gradients; needs logits_window.
+    share_prefix: bool = True
 
 
 @dataclasses.dataclass
@@ -201,6 +213,7 @@ class RLConfig:
     """The RL loop: sync or async (bounded staleness), evaluation and the SFT cold start (quickstart)."""
 
     algo: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
+    exec: ExecConfig = dataclasses.field(default_factory=ExecConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     mode: str = choice("sync", "sync", "async")
     max_staleness: int = num(1, ge=0)
@@ -222,6 +235,22 @@ class RLConfig:
     sft_target_pass: float = num(0.0, ge=0, le=1)
     sft_check_every: int = num(25, ge=1)
     sft_dev_per_domain: int = num(100, ge=1)
+
+    def __post_init__(self):
+        """The deprecation path of rl.algo.logits_window / rl.algo.share_prefix: a value set there moves to rl.exec
+        (a FutureWarning says so); one that contradicts a value set in rl.exec is refused, naming both keys."""
+        for key in ("logits_window", "share_prefix"):
+            old = getattr(self.algo, key)
+            if old is None:
+                continue
+            new = getattr(self.exec, key)
+            if new != getattr(ExecConfig, key) and new != old:
+                raise ConfigError(f"rl.algo.{key}={str(old).lower()} (deprecated) contradicts "
+                                  f"rl.exec.{key}={str(new).lower()}; set rl.exec.{key} only")
+            warnings.warn(f"rl.algo.{key} is deprecated: it moved to rl.exec.{key} (execution switches, not the "
+                          f"objective); using rl.exec.{key}={str(old).lower()}", FutureWarning, stacklevel=2)
+            setattr(self.exec, key, old)
+            setattr(self.algo, key, None)
 
 
 @dataclasses.dataclass
@@ -434,18 +463,20 @@ class Config:
         """Refuse, at compose time, options of the chosen pieces that do not exist and combinations the code does
         not support, naming the keys (`validate` runs this after the ranges)."""
         from rlpt.algos.options import check_algo_options
-        from rlpt.config.validate import ConfigError
 
         try:
             check_algo_options(self.rl.algo)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if self.rl.exec.share_prefix and not self.rl.exec.logits_window:
+            raise ConfigError("rl.exec.share_prefix=true runs each group's prompt once and the responses in the logit "
+                              "window, so it needs rl.exec.logits_window=true (or set rl.exec.share_prefix=false)")
         if self.model.vision is not None:
             if self.mesh.seq > 1:
                 raise ConfigError(f"mesh.seq={self.mesh.seq} with model.vision: rows with images are not "
                                   "sequence-sharded; set mesh.seq=1")
             if self.stage in RL_STAGES:
-                for key, on in (("rl.algo.share_prefix", self.rl.algo.share_prefix),
+                for key, on in (("rl.exec.share_prefix", self.rl.exec.share_prefix),
                                 ("rl.rollout.refill", self.rl.rollout.refill)):
                     if on:
                         raise ConfigError(f"{key}=true does not combine with model.vision yet (stage={self.stage}); "

@@ -81,9 +81,9 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
     rows["loss_mask"] = np.asarray(mask, np.float32)
     rows["advantages"] = np.asarray(adv, np.float32) * rows["loss_mask"]
     rows["old_logp"] = rows["rollout_logp"]
-    if algo.logits_window:
+    if cfg.rl.exec.logits_window:
         rows["window"] = response_window(traj, rows["inputs"].shape[1])
-        if algo.share_prefix:
+        if cfg.rl.exec.share_prefix:
             check_shared_prefix(rows, cfg.rl.rollout.group_size)
     if traj.dropped is not None:
         extra["rollout/dropped_images"] = float(np.sum(traj.dropped))
@@ -91,31 +91,31 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
 
 
 def shared_prefix_group(cfg: Config) -> int | None:
-    """The group size the RL loss shares prompts over (rl.algo.share_prefix), or None; checks micro-batches
+    """The group size the RL loss shares prompts over (rl.exec.share_prefix), or None; checks micro-batches
     hold whole groups. Pass it to `rl_loss(cfg.rl.algo, group)` (run_rl does)."""
-    if not cfg.rl.algo.share_prefix:
+    if not cfg.rl.exec.share_prefix:
         return None
     if cfg.rl.rollout.prompts_per_step % cfg.optim.grad_accum:
-        raise ValueError(f"rl.algo.share_prefix: rl.rollout.prompts_per_step={cfg.rl.rollout.prompts_per_step} is "
+        raise ValueError(f"rl.exec.share_prefix: rl.rollout.prompts_per_step={cfg.rl.rollout.prompts_per_step} is "
                          f"not divisible by optim.grad_accum={cfg.optim.grad_accum}, so a micro-batch would split "
-                         "a group; change one or set rl.algo.share_prefix=false")
+                         "a group; change one or set rl.exec.share_prefix=false")
     return cfg.rl.rollout.group_size
 
 
 def check_shared_prefix(rows: dict, group: int) -> None:
-    """rl.algo.share_prefix's premise: rows come in consecutive groups of `group` whose columns before the
+    """rl.exec.share_prefix's premise: rows come in consecutive groups of `group` whose columns before the
     window start are identical (one prompt, sampled G times). Raises naming the first group where not."""
     B, W = rows["inputs"].shape
     if B % group:
-        raise ValueError(f"rl.algo.share_prefix: {B} rows are not whole groups of rl.rollout.group_size={group}")
+        raise ValueError(f"rl.exec.share_prefix: {B} rows are not whole groups of rl.rollout.group_size={group}")
     starts = rows["window"][:, 0].reshape(-1, group)
     for g in range(B // group):
         r0, s = g * group, int(starts[g, 0])
         same = (starts[g] == s).all() and all(
             (rows[k][r0:r0 + group, :s] == rows[k][r0, :s]).all() for k in ("inputs", "positions", "segment_ids"))
         if not same:
-            raise ValueError(f"rl.algo.share_prefix: the rows of group {g} (rows {r0}..{r0 + group - 1}) do not "
-                             "share their columns before the logit window; set rl.algo.share_prefix=false")
+            raise ValueError(f"rl.exec.share_prefix: the rows of group {g} (rows {r0}..{r0 + group - 1}) do not "
+                             "share their columns before the logit window; set rl.exec.share_prefix=false")
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
@@ -131,7 +131,7 @@ def recompute_old_logp(trainer, batch: dict, group: int | None = None) -> dict:
     rl.algo.old_logp=recompute: the PPO ratio is taken against the trainer's own forward, so the rollout /
     trainer mismatch (another numeric path, or an older policy in async mode: decoupled PPO's proximal
     policy) is left to rl.algo.correction_level. Runs in the step's micro-batches (optim.grad_accum);
-    group: the shared-prefix group size (rl.algo.share_prefix), None for full rows.
+    group: the shared-prefix group size (rl.exec.share_prefix), None for full rows.
     """
     logp = rows_logp(trainer, trainer.model().params, batch, group)
     return dict(batch, old_logp=logp * np.asarray(batch["loss_mask"], np.float32))
@@ -211,7 +211,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         raise ValueError(f"rl.mode={cfg.rl.mode!r}; expected 'sync' or 'async'")
     check_algo(cfg.rl.algo)
     if cfg.model.vision is not None:  # before any compile: combinations the image rows do not support yet
-        for key, on in (("rl.algo.share_prefix", cfg.rl.algo.share_prefix), ("rl.rollout.refill",
+        for key, on in (("rl.exec.share_prefix", cfg.rl.exec.share_prefix), ("rl.rollout.refill",
                                                                              cfg.rl.rollout.refill)):
             if on:
                 raise ValueError(f"{key}=true does not combine with model.vision yet; set {key}=false")

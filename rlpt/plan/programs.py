@@ -128,7 +128,7 @@ def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
         arrays = _rows(B, T, floats=("loss_mask", "rollout_logp", "advantages", "old_logp"))
         group = shared_prefix_group(cfg)
         body, head = B * T, B * T
-        if algo.logits_window:
+        if cfg.rl.exec.logits_window:
             K = fit_width(r.max_new_tokens, T)
             arrays["window"] = ((B, K), jnp.int32)
             head = B * K
@@ -138,8 +138,9 @@ def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
         loss = rl_loss(algo, group, cfg.data.cp_layout)  # as run_rl builds it (streams laid out for mesh.seq)
         flops = train_flops(model_cfg, body, head, attention_flops(model_cfg, B * T, T / 2),
                             forwards_only=float(frozen_ref))
+        window_only = cfg.rl.exec.logits_window
         formula, name = (f"6·N·T over the update's tokens ({B} rows x {T}; prompt once per group: "
-                         f"{group is not None}; head on the response window only: {algo.logits_window})"), "rl_update"
+                         f"{group is not None}; head on the response window only: {window_only})"), "rl_update"
     else:
         raise ValueError(f"stage={stage!r}; the rehearsal plans one of {STAGES}")
     optimizer = make_optimizer(cfg.optim, steps)

@@ -52,8 +52,8 @@ def advice(cfg, summary: dict) -> list[str]:
                 out.append("  activations: model.remat=full (recompute each layer in the backward pass; ~+33% FLOPs)"
                            " or model.remat=dots_saveable")
             out.append(f"  activations: optim.grad_accum={2 * A} (half the rows per micro-batch; same step)")
-            if cfg.stage == "rl" and not cfg.rl.algo.share_prefix:
-                out.append("  rl.algo.share_prefix=true (prompts run once per group)")
+            if cfg.stage == "rl" and not cfg.rl.exec.share_prefix:
+                out.append("  rl.exec.share_prefix=true (prompts run once per group)")
         if p["program"].startswith("sampler") and m["temporaries"] + m["arguments"] > 0.3 * cap:
             r = cfg.rl.rollout
             out.append(f"  sampler: fewer rows per call (rl.rollout.prompts_per_step={max(1, r.prompts_per_step // 2)}"

@@ -115,10 +115,10 @@ class Trainer:
         """A host batch (B, ...) as the step takes it: columns in data.cp_layout on a sequence-sharded mesh,
         micro-batches (A, B/A, ...) over optim.grad_accum, placed on the mesh.
 
-        RL rows with a logit window and rl.algo.share_prefix stay in token order: the loss cuts them into the
+        RL rows with a logit window and rl.exec.share_prefix stay in token order: the loss cuts them into the
         shared-prefix and window streams and lays out each itself (`rlpt.train.losses.rl_loss`'s layout)."""
         n_seq = self.mesh.shape["seq"]
-        streams_in_loss = self.cfg.rl.algo.share_prefix and "window" in host_batch
+        streams_in_loss = self.cfg.rl.exec.share_prefix and "window" in host_batch
         if n_seq > 1 and "pixel_values" in host_batch:
             raise ValueError(f"mesh.seq={n_seq}: rows with images (model.vision) are not sequence-sharded; set "
                              "mesh.seq=1")

@@ -92,7 +92,7 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, l
     With batch["window"] (B, K) column indices (`rlpt.rollout.single_turn.response_window`), the LM head,
     log-softmax and entropy run only at those columns and both outputs are (B, K): the prompt positions of an
     RL row carry no loss, and their logits are most of the head's cost (TRL's `logits_to_keep`).
-    group: rows come in groups of this many that share every column before their window (rl.algo.share_prefix):
+    group: rows come in groups of this many that share every column before their window (rl.exec.share_prefix):
     the shared columns run once per group (`hidden_states_shared_prefix`); needs a window and rows in token order.
     On a mesh that shards the sequence the prefix and window streams are each padded and put in `layout`
     (data.cp_layout, `lay_out_stream`) and the outputs come back in token order.
@@ -100,8 +100,8 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, l
     """
     if group is not None:
         if isinstance(model_cfg, VLMConfig):
-            raise ValueError("rl.algo.share_prefix does not combine with model.vision (the shared prompt columns "
-                             "hold each group's images); set rl.algo.share_prefix=false")
+            raise ValueError("rl.exec.share_prefix does not combine with model.vision (the shared prompt columns "
+                             "hold each group's images); set rl.exec.share_prefix=false")
         return _shared_prefix_logprobs_entropy(params, model_cfg, batch, group, layout)
     params, model_cfg, embeds = decoder_inputs(params, model_cfg, batch)
     hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"],
@@ -114,7 +114,7 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, l
 def _shared_prefix_logprobs_entropy(params, model_cfg, batch, group: int, layout: str):
     """`token_logprobs_entropy` with group: (B, K) outputs at the window columns, in token order."""
     if "window" not in batch:
-        raise ValueError("rl.algo.share_prefix needs the logit window (rl.algo.logits_window=true)")
+        raise ValueError("rl.exec.share_prefix needs the logit window (rl.exec.logits_window=true)")
     prefix, rows = shared_prefix_streams(batch, group)
     n = seq_shards()
     layout = layout if n > 1 else "contiguous"  # one device: the streams as they are (an empty prefix padded)
@@ -129,9 +129,10 @@ def _shared_prefix_logprobs_entropy(params, model_cfg, batch, group: int, layout
 def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous"):
     """Policy-gradient loss from registry names; batch carries advantages, old_logp (and rollout_logp).
 
-    group_size: with rl.algo.share_prefix, the rows of a group share their prompt columns, which then run
-    through the policy (and the KL reference) once per group. The rows then come in token order (`Trainer.step`
-    leaves them so) and on a sequence-sharded mesh the loss puts its streams in `layout` (data.cp_layout).
+    group_size: with rl.exec.share_prefix (`pipeline.rl.shared_prefix_group`), the rows of a group share their
+    prompt columns, which then run through the policy (and the KL reference) once per group. The rows then come
+    in token order (`Trainer.step` leaves them so) and on a sequence-sharded mesh the loss puts its streams in
+    `layout` (data.cp_layout). None: full rows.
 
     Returns (loss_sum, weight): with scope "step" the train step divides the summed numerator by the
     summed denominator of all micro-batches (whole-step normalisation); with "micro" each micro-batch is
@@ -144,7 +145,6 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
     kl_fn = get_kl(algo_cfg.kl_estimator) if algo_cfg.kl_coef > 0 and algo_cfg.kl_in == "loss" else None
     if algo_cfg.scope not in ("step", "micro"):
         raise ValueError(f"rl.algo.scope={algo_cfg.scope!r}; expected 'step' or 'micro'")
-    group = group_size if algo_cfg.share_prefix else None
 
     def factory(model_cfg):
         def loss_fn(params, frozen, batch, rng):
@@ -152,7 +152,7 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
             # Per-token arrays at the logit window's columns (all columns without a window).
             mask = in_window(batch, batch["loss_mask"]).astype(jnp.float32)
             old_logp, rollout_logp = in_window(batch, batch["old_logp"]), in_window(batch, batch["rollout_logp"])
-            logp, entropy = token_logprobs_entropy(params, model_cfg, batch, group, layout)
+            logp, entropy = token_logprobs_entropy(params, model_cfg, batch, group_size, layout)
             per_token, metrics = policy_loss(logp, old_logp, in_window(batch, batch["advantages"]), mask,
                                              **algo_cfg.policy_loss_kwargs)
             if algo_cfg.correction_level != "none":
@@ -163,7 +163,7 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
                 mask = mask * keep
                 metrics = {**metrics, **{f"correction/{k}": v for k, v in cmetrics.items()}}
             if kl_fn is not None:
-                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch, group, layout)
+                ref_logp, _ = token_logprobs_entropy(frozen["ref"], model_cfg, batch, group_size, layout)
                 kl = kl_fn(logp, jax.lax.stop_gradient(ref_logp))
                 per_token = per_token + algo_cfg.kl_coef * kl
                 metrics["kl"] = jnp.sum(kl * mask) / jnp.maximum(jnp.sum(mask), 1.0)

@@ -10,7 +10,7 @@ TRL: GRPOConfig(use_cpu=True, bf16=False, per_device_train_batch_size=64, num_ge
 max_completion_length=64, steps_per_generation=1), HF generate with its KV cache, no vLLM.
 rlpt: rlpt.sampling.generate (n=8 share one prefill, KV cache), rlpt.pipeline.rl.make_batch (the registry's
 grpo advantage), the jitted train step of make_trainer(rl_loss) with each group's prompt run once
-(rl.algo.share_prefix, as run_rl does; TRL runs it once per sample). Tokenizer: a word-level one over the 8192
+(rl.exec.share_prefix, as run_rl does; TRL runs it once per sample). Tokenizer: a word-level one over the 8192
 ids ("t0" ... ), so text and ids map one to one on both sides; both stop at the same eos id.
 
 Each side runs --warmup steps (compilation, allocator warm-up) and then --steps timed steps; the median
@@ -89,7 +89,7 @@ class RlptGRPO:
                             f"rl.rollout.max_new_tokens={NEW}", f"rl.rollout.max_prompt_len={PROMPT_LEN}",
                             "train.ckpt_every=0", "train.progress=false", "train.steps=1000"])
         self.cfg.rl.algo.policy_loss_kwargs = {"clip_low": 0.2, "clip_high": 0.2}  # TRL: epsilon 0.2 both sides
-        # As run_rl builds it: each group's prompt runs through the update once (rl.algo.share_prefix).
+        # As run_rl builds it: each group's prompt runs through the update once (rl.exec.share_prefix).
         self.trainer = make_trainer(rl_config(self.cfg), rl_loss(self.cfg.rl.algo, shared_prefix_group(self.cfg)),
                                     init=model)
         self.prompts, self.tk, self.n = prompts, tk, 0

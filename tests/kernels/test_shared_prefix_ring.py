@@ -46,7 +46,7 @@ def _trainer(layout, share, impl="ring"):
     from rlpt.train.loop import make_trainer
 
     cfg = compose(OVERRIDES + [f"model.attention_impl={impl}", f"data.cp_layout={layout}",
-                               f"rl.algo.share_prefix={str(share).lower()}"])
+                               f"rl.exec.share_prefix={str(share).lower()}"])
     group = shared_prefix_group(cfg)
     trainer = make_trainer(cfg, rl_loss(cfg.rl.algo, group, layout))
     assert dict(trainer.mesh.shape)["seq"] == 4 and dict(trainer.mesh.shape)["data"] == 2

@@ -116,7 +116,7 @@ def test_rl_loss_chunked_equals_whole(path, tied):
     if path == "all-columns":
         batch = {k: v for k, v in batch.items() if k != "window"}
     group = 3 if path == "shared-prefix" else None
-    algo = AlgoConfig(entropy_coef=0.01, kl_coef=0.1, share_prefix=group is not None)
+    algo = AlgoConfig(entropy_coef=0.01, kl_coef=0.1)
     (n0, (d0, m0)), g0 = _rl_value_and_grad(cfg, algo, group)(params, ref, batch)
     (n1, (d1, m1)), g1 = _rl_value_and_grad(dataclasses.replace(cfg, logits_chunk=8), algo, group)(
         params, ref, batch)
@@ -153,7 +153,7 @@ def test_bf16_compute_chunked_matches_whole():
     cfg = dataclasses.replace(CFG, compute_dtype="bfloat16", tie_embeddings=True)
     params, ref = init_model(cfg, 4).params, init_model(cfg, 5).params
     batch = _group_rows(cfg, seed=4)
-    algo = AlgoConfig(entropy_coef=0.01, share_prefix=True)
+    algo = AlgoConfig(entropy_coef=0.01)
     (n0, (_, m0)), g0 = _rl_value_and_grad(cfg, algo, 3)(params, ref, batch)
     (n1, (_, m1)), g1 = _rl_value_and_grad(dataclasses.replace(cfg, logits_chunk=8), algo, 3)(params, ref, batch)
     _close((n1, m1), (n0, m0), what="bf16 loss and metrics")

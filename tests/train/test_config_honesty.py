@@ -79,9 +79,11 @@ def test_every_config_key_is_read_somewhere():
     (["+rl.algo.advantage_kwargs.num_groups=3"], r"advantage estimator 'grpo' takes no option 'num_groups'"),
     (["rl.algo.kl_estimator=k9"], r"rl.algo.kl_estimator='k9': unknown"),
     (["rl.algo.correction_level=token"], r"set rl.algo.old_logp=recompute"),
-    (["rl.algo.logits_window=false"], r"rl.algo.share_prefix=true .* needs rl.algo.logits_window=true"),
-    (["experiment=vision_tiny", "rl.algo.share_prefix=true"],
-     r"rl.algo.share_prefix=true does not combine with model.vision yet \(stage=quickstart\)"),
+    (["rl.exec.logits_window=false"], r"rl.exec.share_prefix=true .* needs rl.exec.logits_window=true"),
+    (["experiment=vision_tiny", "rl.exec.share_prefix=true"],
+     r"rl.exec.share_prefix=true does not combine with model.vision yet \(stage=quickstart\)"),
+    (["rl.algo.share_prefix=true", "rl.exec.share_prefix=false"],
+     r"rl.algo.share_prefix=true \(deprecated\) contradicts rl.exec.share_prefix=false"),
     (["experiment=vision_tiny", "mesh=seq", "mesh.seq=2", "mesh.data=4"], r"mesh.seq=2 with model.vision"),
 ])
 def test_unsupported_options_are_refused_at_compose_time_naming_the_keys(overrides, match):
@@ -102,3 +104,13 @@ def test_each_policy_loss_gets_its_own_defaults():
     assert (gspo["clip_low"].default, gspo["clip_high"].default) == (3e-4, 4e-4)
     ppo = inspect.signature(get_policy_loss("ppo")).parameters
     assert (ppo["clip_low"].default, ppo["clip_high"].default) == (0.2, 0.28)  # what the RL stage ran before
+
+
+def test_the_moved_execution_switches_still_work_with_a_warning():
+    """rl.algo.logits_window / share_prefix moved to rl.exec (how the update runs, not what it optimises): the old
+    keys set the new ones and say so; the objective's section no longer holds them."""
+    with pytest.warns(FutureWarning, match=r"rl.algo.share_prefix is deprecated: it moved to rl.exec.share_prefix"):
+        cfg = compose(["rl.algo.share_prefix=false"])
+    assert cfg.rl.exec.share_prefix is False and cfg.rl.algo.share_prefix is None
+    cfg = compose(["rl.exec.logits_window=false", "rl.exec.share_prefix=false"])
+    assert (cfg.rl.exec.logits_window, cfg.rl.exec.share_prefix) == (False, False)

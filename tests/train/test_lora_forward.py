@@ -79,7 +79,7 @@ def test_each_target_alone(target):
 
 
 def test_shared_prefix_and_cached_forward_apply_the_adapters():
-    """The shared-prefix forward (rl.algo.share_prefix) and the cached forward (prefill/append) see the adapters."""
+    """The shared-prefix forward (rl.exec.share_prefix) and the cached forward (prefill/append) see the adapters."""
     cfg, base, lcfg, adapters, tokens = _setup("qwen3_qk_norm")
     wrapped, merged = lora_params(base, adapters, lcfg), merge_lora(base, adapters, lcfg)
     prefix = (tokens[:1, :4], jnp.arange(4)[None], jnp.ones((1, 4), jnp.int32))
