@@ -140,6 +140,16 @@ def test_the_cached_forward_equals_across_backends(dtype):
         _close(a, b, dtype, what)
 
 
+@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+def test_auto_follows_the_process_backend(monkeypatch, backend):
+    """A process whose default backend is a GPU or TPU (faked here) computes the model with the reference ops."""
+    cfg = _cfg("qwen2", "bfloat16", "auto")
+    monkeypatch.setattr(jax, "default_backend", lambda: backend)
+    assert resolved_ops(cfg) == "reference"
+    with compiling_for("cpu"):  # a CPU compile from that process (e.g. a host-side program) takes the CPU forms
+        assert resolved_ops(cfg) == "xla_cpu"
+
+
 def test_auto_picks_the_reference_off_cpu_and_its_graph_has_no_cpu_rewrite():
     """model.ops=auto: xla_cpu when compiling for CPU, reference for a GPU or TPU (faked with `compiling_for`,
     as a compile-only rehearsal does); the gradient graph traced for a TPU holds no custom VJP and no while loop,
