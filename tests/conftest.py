@@ -7,6 +7,8 @@ test's time is single-threaded tracing and compiling, so two workers on two core
 """
 import os
 
+import pytest
+
 _FLAGS = ("--xla_force_host_platform_device_count=8", "--xla_backend_optimization_level=0")
 # xdist workers inherit the controller's environment: add each flag once.
 _xla = os.environ.get("XLA_FLAGS", "").split()
@@ -148,3 +150,16 @@ def pytest_collection_modifyitems(config, items):
     missing = SLOW_FOR_CI_BUDGET - ids
     if whole and missing:
         raise pytest.UsageError(f"tests/conftest.py SLOW_FOR_CI_BUDGET names tests that are gone: {sorted(missing)}")
+
+
+@pytest.fixture(scope="module")
+def shared_compiles(tmp_path_factory):
+    """Runs of the same shapes in a module share their compiled programs through a JAX persistent compilation
+    cache of their own (the later runs skip XLA compilation; the programs and results are the same); the
+    worker compiles without a cache again once the module's tests are done."""
+    from rlpt.config.schema import RuntimeConfig
+    from rlpt.runtime import setup
+
+    setup(RuntimeConfig(compilation_cache=str(tmp_path_factory.mktemp("xla_cache"))))
+    yield
+    setup(RuntimeConfig(compilation_cache=""))

@@ -37,7 +37,7 @@ def _params_differ(a, b) -> bool:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, shared_compiles):
     out = {}
     for name in ("correctness", "short", "layered"):
         out[name] = _run(compose(TINY + [f"reward={name}"]), tmp_path_factory.mktemp(name))

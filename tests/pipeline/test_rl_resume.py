@@ -61,7 +61,7 @@ def _run(cfg, out_dir, observers=()):
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_resume_after_crash_is_exact(tmp_path, mode):
+def test_resume_after_crash_is_exact(tmp_path, mode, shared_compiles):
     cfg = compose(TINY + ["rl.steps=6", "train.ckpt_every=3", f"rl.mode={mode}", "rl.max_staleness=1"])
     full = _run(cfg, tmp_path / "full")
     with pytest.raises(Crash):
