@@ -7,6 +7,7 @@ ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 FAMILIES = ("llama", "qwen2", "qwen3")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 REMAT_POLICIES = ("auto", "none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
+OPS_BACKENDS = ("auto", "reference", "xla_cpu")  # model.ops (rlpt.models.ops)
 # model.attention_impl / model.remat = "auto" (`resolved_attention_impl`, `resolved_remat`): the fastest settings
 # ("dense", "none") below this many parameters, the memory-safe ones ("blockwise", "full") from it up. Below: the
 # CPU-scale models (tiny presets, qwen_10m, qwen2_100m), kept as fast as before on CPU. Above: every real
@@ -163,8 +164,8 @@ class ModelConfig:
         if self.attention_impl not in ("auto", "dense") and self.attention_impl not in kernels.ATTENTION_IMPLS:
             raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'auto', 'dense' or one of "
                              f"{sorted(kernels.ATTENTION_IMPLS)}")
-        if self.ops not in ("auto", "reference", "xla_cpu"):
-            raise ValueError(f"model.ops={self.ops!r}; expected 'auto', 'reference' or 'xla_cpu'")
+        if self.ops not in OPS_BACKENDS:
+            raise ValueError(f"model.ops={self.ops!r}; expected one of {OPS_BACKENDS}")
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"model.remat={self.remat!r}; expected one of {REMAT_POLICIES}")
         if isinstance(self.logits_chunk, bool) or not isinstance(self.logits_chunk, int) or self.logits_chunk < -1:

@@ -139,7 +139,7 @@ def patchify(pixel_values, patch: int):
 
 def _proj(eq, x, w, dtype):
     """A tower projection: einsum in the compute dtype; a LoRA target (lora.vision_targets, a `LoraWeight`) goes
-    through the decoder's `dense`, which applies its adapters."""
+    through `ops.reference.dense`, which applies its adapters (the tower is plain jnp on every backend)."""
     if isinstance(w, LoraWeight):
         return dense(eq, x, w, dtype)
     return jnp.einsum(eq, x, w.astype(dtype))

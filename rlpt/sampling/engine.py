@@ -117,13 +117,14 @@ def decode_weights(model, *, quant="none", quant_group=128):
     quant "int8" / "int4": the same from `sampler_params`' quantized weights (on CPU a DecodeLayout of int8 /
     int4 (out, in) weights that `xla_cpu_decode.project` contracts; elsewhere the quantized params, which the model's
     forward reads dequantized)."""
+    cpu_layout = resolved_ops(model.config) == "xla_cpu"
     if quant != "none":
         qparams = sampler_params(model, quant, quant_group)
-        if resolved_ops(model.config) == "xla_cpu":
+        if cpu_layout:
             return model.derived(f"decode_layout_{_quant_key(quant, quant_group)}",
                                  lambda _, cfg: decode_layout(qparams, cfg))
         return qparams
-    if resolved_ops(model.config) == "xla_cpu":
+    if cpu_layout:
         return model.derived("decode_layout", decode_layout)
     if all(jnp.dtype(model.params["layers"][w].dtype) == jnp.dtype(model.config.dtype) for w in _MATRICES):
         return model.params

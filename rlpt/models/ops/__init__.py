@@ -15,19 +15,18 @@ values and gradients (tests/models/test_ops_backends.py).
 """
 from types import ModuleType
 
+from rlpt.models.config import OPS_BACKENDS
 from rlpt.models.ops import reference, xla_cpu
 from rlpt.models.ops.platform import compiling_for, on_cpu, target_platform
 
-OPS_BACKENDS = ("auto", "reference", "xla_cpu")
 _MODULES = {"reference": reference, "xla_cpu": xla_cpu}
 
 
 def resolved_ops(cfg) -> str:
     """cfg.ops with "auto" resolved for the platform being compiled for: "xla_cpu" on CPU, else "reference"."""
-    choice = getattr(cfg, "ops", "auto")
-    if choice == "auto":
+    if cfg.ops == "auto":
         return "xla_cpu" if on_cpu() else "reference"
-    return choice
+    return cfg.ops
 
 
 def ops_for(cfg) -> ModuleType:

@@ -38,7 +38,6 @@ from rlpt.models.ops.reference import (  # noqa: F401  the ops this backend take
     cache_write,
     cached_attention,
     rms_normalize,
-    write_rows,
 )
 
 _SMALL_OPERAND_COPIED = True
