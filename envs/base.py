@@ -3,7 +3,6 @@
 import abc
 import time
 from collections.abc import Callable
-from typing import Any
 
 import gymnasium as gym
 from rlpt.envs.spaces import UnicodeText
@@ -18,15 +17,6 @@ def verdict_info(verdict) -> dict:
     """A deterministic, plain summary of a Verdict for step info."""
     d = {k: v for k, v in verdict.details.items() if k not in _VOLATILE}
     return {"score": float(verdict.score), "passed": bool(verdict.passed), "details": d}
-
-
-def render_prompt(prompt: Any) -> str:
-    """Task prompt as text: a string as is, chat messages as 'role: content' blocks."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, (list, tuple)):
-        return "\n\n".join(f"{m['role']}: {m['content']}" for m in prompt)
-    raise TypeError(f"task prompt must be str or a list of chat messages, got {type(prompt).__name__}")
 
 
 class TextEnv(gym.Env, abc.ABC):

@@ -9,11 +9,12 @@ import dataclasses
 import functools
 import json
 
-from rlpt.envs.base import ToolEnv, render_prompt
+from rlpt.envs.base import ToolEnv
 from rlpt.envs.toolcall import format_tool_call
 from rlpt.envs.tools import Tool, ToolRegistry
 
 from rlpt.tasks import bfcl
+from rlpt.tasks.base import render_prompt
 from rlpt.tasks.bfcl_check import check_calls
 
 ENV_ID = "rlpt/Bfcl-v0"

@@ -4,10 +4,12 @@ Task meta: files {path: text}, tests (defines check(candidate)), entry_point, so
 The hidden tests never enter the workspace; they run in a separate process against the solution.
 """
 
-from rlpt.envs.base import render_prompt, verdict_info
+from rlpt.envs.base import verdict_info
 from rlpt.envs.builtin_tasks import code_task
 from rlpt.envs.sandboxed import WorkspaceEnv
 from rlpt.envs.tools import Tool, ToolRegistry
+
+from rlpt.tasks.base import render_prompt
 
 _SCHEMAS = {
     "write_file": {

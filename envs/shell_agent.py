@@ -3,10 +3,11 @@
 Task meta: files {path: text} to start from; target {path: text, or None for 'must not exist'}.
 """
 
-from rlpt.envs.base import render_prompt
 from rlpt.envs.builtin_tasks import shell_task
 from rlpt.envs.sandboxed import WorkspaceEnv
 from rlpt.envs.tools import Tool, ToolRegistry
+
+from rlpt.tasks.base import render_prompt
 
 _SCHEMAS = {
     "shell": {

@@ -1,7 +1,9 @@
 """SingleTurn: the task prompt is the observation, one answer is verified by the task's domain."""
 
-from rlpt.envs.base import TextEnv, render_prompt, verdict_info
+from rlpt.envs.base import TextEnv, verdict_info
 from rlpt.envs.builtin_tasks import ArithmeticDomain
+
+from rlpt.tasks.base import render_prompt
 
 
 def resolve_domain(name: str, domains: dict):

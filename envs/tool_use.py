@@ -6,10 +6,12 @@ either answer (number: relative tolerance rel_tol; otherwise exact text) or a do
 
 import math
 
-from rlpt.envs.base import ToolEnv, render_prompt, verdict_info
+from rlpt.envs.base import ToolEnv, verdict_info
 from rlpt.envs.builtin_tasks import tool_task
 from rlpt.envs.single_turn import resolve_domain
 from rlpt.envs.tools import Tool, ToolRegistry, builtin_registry
+
+from rlpt.tasks.base import render_prompt
 
 _FINAL = {
     "type": "object",

@@ -1,7 +1,7 @@
 """Judge calibration report: a reward-model judge calibrated against a labelled set, agreement before and after.
 
 Offline and CPU-only (< 2 min): procedural tasks with gold and corrupted answers, labelled by the hard verifiers
-(rlpt.rewards.labelled); the judge is a linear Bradley-Terry reward model over gold-free partial checks (units
+(rlpt.tasks.labelled); the judge is a linear Bradley-Terry reward model over gold-free partial checks (units
 digit, sortedness, first/last characters, ...), trained on (gold, corrupted) pairs from other train seeds. A BT
 reward is defined only up to a shift and its scale follows the training margin, so reading sigmoid(reward) as
 P(correct) is miscalibrated; Platt and isotonic maps are fitted on train-seed items and measured on eval-seed
@@ -22,8 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from rlpt.rewards.calibration import agreement, ece, fit_threshold  # noqa: E402
 from rlpt.rewards.judges import RewardModelJudge  # noqa: E402
-from rlpt.rewards.labelled import labelled_from_tasks  # noqa: E402
 from rlpt.rewards.recalibration import CalibratedJudge, CalibrationConfig  # noqa: E402
+from rlpt.tasks.labelled import labelled_from_tasks  # noqa: E402
 
 DOMAINS = ["arith/add", "arith/sub", "list/sort", "str/reverse", "count/char"]
 TIERS = (1, 2, 3)

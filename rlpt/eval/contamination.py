@@ -3,7 +3,7 @@ import glob
 import json
 import os
 
-from rlpt.envs.base import render_prompt
+from rlpt.tasks.base import render_prompt
 from rlpt.tasks.contamination import check_contamination
 
 

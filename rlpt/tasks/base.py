@@ -22,6 +22,15 @@ SINGLE_TURN_ENV = "rlpt/SingleTurn-v0"
 _LOG = logging.getLogger(__name__)
 
 
+def render_prompt(prompt: Any) -> str:
+    """Task prompt as text: a string as is, chat messages as 'role: content' blocks."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):
+        return "\n\n".join(f"{m['role']}: {m['content']}" for m in prompt)
+    raise TypeError(f"task prompt must be str or a list of chat messages, got {type(prompt).__name__}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
     """One problem. `prompt` is all the policy sees; `meta` holds the gold `answer` and hidden checks."""

@@ -3,7 +3,7 @@
 One row per line (docs/rl_data.md):
   {"prompt": "text"} or {"messages": [{"role": ..., "content": ...}, ...]}   what the policy sees
   "answer": gold text (the SFT demonstration; the answer of exact / numeric / math specs that give none)
-  "verifier": a spec (rlpt.rewards.spec; default {"type": "exact"} on the row's answer)
+  "verifier": a spec (rlpt.tasks.spec; default {"type": "exact"} on the row's answer)
   "id" (string or integer), "difficulty" or "tier" (integer >= 0, default 0), "meta" (an object, kept as is)
 Every row is checked when the file loads; the first problem raises FileTaskError naming file:line.
 
@@ -18,9 +18,9 @@ import json
 import os
 import re
 
-from rlpt.rewards.spec import SpecError, check_spec, judge_names, parse_spec
 from rlpt.rewards.verdict import Verdict
 from rlpt.tasks.base import Domain, Task, split_of_prompt, split_of_seed
+from rlpt.tasks.spec import SpecError, check_spec, judge_names, parse_spec
 
 PREFIX = "file/"
 ROW_KEYS = {"prompt", "messages", "answer", "verifier", "id", "difficulty", "tier", "meta"}

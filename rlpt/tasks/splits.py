@@ -3,7 +3,7 @@ import sys
 
 import numpy as np
 
-from rlpt.tasks.base import EVAL_SEED_START, SEED_END, Task
+from rlpt.tasks.base import EVAL_SEED_START, SEED_END, Task, render_prompt
 from rlpt.tasks.contamination import ContaminationReport, check_contamination
 from rlpt.tasks.registry import get_domain
 
@@ -40,6 +40,4 @@ def split_report(domain: str, tier: int, n_train: int = 200, n_eval: int = 50, n
         key = get_domain(domain).split_on
         return check_contamination([t.meta[key] for t in train], [t.meta[key] for t in evals], n=n,
                                    min_evidence=sys.maxsize)
-    from rlpt.envs.base import render_prompt  # chat-message prompts (prompt files) as text
-
     return check_contamination([render_prompt(t.prompt) for t in train], [render_prompt(t.prompt) for t in evals], n=n)

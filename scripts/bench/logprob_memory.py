@@ -1,7 +1,7 @@
 """Peak memory of the RL update's loss + gradient with the LM head chunked (model.logits_chunk=-1, auto) vs
 unchunked (model.logits_chunk=0), from XLA's compiled memory analysis; nothing is run.
 
-Model: the ~100M-parameter Qwen2-shaped model CI post-trains (model=qwen2_100m, rlpt.models.synthetic: vocab
+Model: the ~100M-parameter Qwen2-shaped model CI post-trains (model=qwen2_100m, rlpt.pipeline.synthetic: vocab
 151936, width 512, MLP 1536, 8 layers, 8 query / 2 KV heads of 64, QKV bias, tied embeddings), f32 parameters and
 compute. Program: value_and_grad of
 `rlpt.train.losses.rl_loss` (defaults: PPO-clip, token mean) over one micro-batch of --rows x --cols tokens,

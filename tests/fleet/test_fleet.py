@@ -121,7 +121,7 @@ def test_ray_fleet_backpressure_tags_and_quarantine(fleet):
     assert fleet.step_stats()["fleet/quarantined"] >= 1
 
 
-def test_grpo_run_with_fleet_ray_equals_fleet_none(local_ray, test_domains, tmp_path):
+def test_grpo_run_with_fleet_ray_equals_fleet_none(local_ray, test_domains, tmp_path, shared_compiles):
     """The same seed gives the same rewards and losses whether verification runs here or on Ray actors, even when a
     worker is killed during the first step's verification: the step completes with every verdict, once."""
     from rlpt.models import builtin_tokenizer, init_model

@@ -1,4 +1,4 @@
-"""The real small checkpoint (rlpt.models.synthetic): its BPE tokenizer, chat masks and stop ids agree with
+"""The real small checkpoint (rlpt.pipeline.synthetic): its BPE tokenizer, chat masks and stop ids agree with
 transformers, its logits equal transformers' on the same folder, and the tokenizer trains to the same bytes."""
 import dataclasses
 import json
@@ -17,7 +17,7 @@ import transformers
 from safetensors import safe_open
 from tokenizers import pre_tokenizers
 
-import rlpt.models.synthetic as S
+import rlpt.pipeline.synthetic as S
 from rlpt.models import config_from_hf, init_model, load_pretrained, load_tokenizer
 from rlpt.tasks import get_domain
 from tests.models.hf_fixtures import hf_logits
@@ -201,7 +201,7 @@ def test_tokenizer_trains_to_the_same_bytes(folders, tmp_path):
     first = S.train_bpe(texts).to_str()
     assert S.train_bpe(texts).to_str() == first  # uncached, in this process
     # and in a fresh process (new hash seeds), through the whole build, against the folder built here
-    script = "import sys; from rlpt.models.synthetic import build_tokenizer; build_tokenizer().save(sys.argv[1])"
+    script = "import sys; from rlpt.pipeline.synthetic import build_tokenizer; build_tokenizer().save(sys.argv[1])"
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -28,7 +28,7 @@ def _rows(path):
 
 
 @pytest.mark.parametrize("mode", ["on_policy", "logit", pytest.param("teacher", marks=pytest.mark.slow)])
-def test_distill_runs_and_resumes(tmp_path, capsys, teacher_dir, mode):
+def test_distill_runs_and_resumes(tmp_path, capsys, teacher_dir, mode, shared_compiles):
     out = tmp_path / "run"
     chosen = ["distill.mode=logit", "distill.sequences=teacher"] if mode == "teacher" else [f"distill.mode={mode}"]
     args = TINY + chosen + [f"distill.teacher={teacher_dir}", f"train.out_dir={out}"]

@@ -1,5 +1,5 @@
 """Session fixtures for end-to-end tests on a real small model: HF checkpoint folders built once per session
-(per xdist worker) by rlpt.models.synthetic, with a BPE tokenizer trained on the repository's own text.
+(per xdist worker) by rlpt.pipeline.synthetic, with a BPE tokenizer trained on the repository's own text.
 
 real_ckpt_tiny: ~2.2M parameters, instruct (stops on <|im_end|> and <|endoftext|>); real_ckpt_tiny_base: the
 same weights, base variant (stops on <|endoftext|>); real_ckpt_100m: ~98M parameters, instruct. All float32 on
@@ -8,7 +8,7 @@ every folder it builds (build times on a 2-core CPU: docs/real_models.md).
 """
 import pytest
 
-from rlpt.models.synthetic import build_checkpoint
+from rlpt.pipeline.synthetic import build_checkpoint
 
 
 def _build(tmp_path_factory, name: str, **kwargs) -> str:

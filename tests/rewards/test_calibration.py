@@ -185,8 +185,8 @@ def test_calibrated_judge_keeps_failures_out_of_the_fit_and_reports_holdout():
 def test_labelled_set_from_tasks_is_labelled_by_the_verifier():
     import random
 
-    from rlpt.rewards.labelled import corrupt, labelled_from_tasks
     from rlpt.tasks import get_domain
+    from rlpt.tasks.labelled import corrupt, labelled_from_tasks
 
     rng = random.Random(0)
     assert all(corrupt(a, rng) != a for a in ["42", "-7", "1 2 3", "abc", "x"] * 20)

@@ -1,4 +1,4 @@
-"""RL prompt files (rlpt.tasks.files, rlpt.rewards.spec): every verifier type, load-time errors naming file:line,
+"""RL prompt files (rlpt.tasks.files, rlpt.tasks.spec): every verifier type, load-time errors naming file:line,
 deterministic draws, the content-hash split, chat prompts, mixing with registered domains, config, SFT, and a
 2-step RL run whose rewards come from the file's verifiers."""
 import dataclasses
@@ -12,10 +12,10 @@ import pytest
 
 from rlpt.config.schema import SourceConfig, compose
 from rlpt.rewards.judges import JUDGES, RewardModelJudge, register_judge
-from rlpt.rewards.spec import SpecError, check_spec, parse_spec
 from rlpt.tasks import EVAL_SEED_START, split_of_prompt
 from rlpt.tasks.files import FileTaskError, file_domain, load_rows, register_file
 from rlpt.tasks.mixture import rl_domains
+from rlpt.tasks.spec import SpecError, check_spec, parse_spec
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 DATA = os.path.join(ROOT, "experiments", "data")

@@ -8,6 +8,7 @@ import numpy as np
 
 from rlpt.rewards.judges import prompt_text
 from rlpt.rewards.recalibration import LabelledSet
+from rlpt.tasks.registry import get_domain
 
 _INT = "-0123456789"
 
@@ -76,8 +77,6 @@ def corrupt(answer: str, rng: random.Random) -> str:
 def labelled_from_tasks(tasks, corruptions: int, seed: int) -> tuple[LabelledSet, list[str]]:
     """The gold answer and `corruptions` distinct corrupted answers per task (a LabelledSet), and each item's
     domain. Labels are the verifier's `passed`, never how the answer was made."""
-    from rlpt.tasks import get_domain
-
     rng = random.Random(seed)
     prompts, responses, labels, domains = [], [], [], []
     for task in tasks:

@@ -5,7 +5,7 @@ tokenizer_config.json, generation_config.json, build_info.json) that `transforme
 tokenizer is trained deterministically on README.md, docs/*.md and text rendered from rlpt's procedural task
 domains, so a fresh checkout builds the same one with no download. Command line:
 
-    python -m rlpt.models.synthetic FOLDER [--size 100m|tiny] [--variant instruct|base] [--seed 0] [--dtype float32]
+    python -m rlpt.pipeline.synthetic FOLDER [--size 100m|tiny] [--variant instruct|base] [--seed 0] [--dtype float32]
 """
 import argparse
 import functools
@@ -22,6 +22,7 @@ from rlpt.models import chat
 from rlpt.models.config import ModelConfig
 from rlpt.models.model import init_model
 from rlpt.models.tokenizer import GENERATION_CONFIG_FILE, TOKENIZER_FILE, Tokenizer, from_parts
+from rlpt.tasks import get_domain, resolve
 
 # Shapes. "100m": ~102M parameters, Qwen2.5-0.5B made narrower (512) and shallower (8 layers) but keeping its
 # 151,936-row vocabulary (so the LM head and logits weigh at the scale of real Qwen2 models: 76% of the parameters);
@@ -145,8 +146,6 @@ def task_texts(seeds: int = CORPUS_SEEDS, chat_seeds: int = CORPUS_CHAT_SEEDS) -
     """Text of train seeds [0, seeds) at every tier of every domain in CORPUS_DOMAINS: the first chat_seeds
     rendered as a chat with CHAT_TEMPLATE (so role names and the default system prompt are common words), the
     rest as 'prompt\nanswer\n'. Memoised: the result is a pure function of the arguments."""
-    from rlpt.tasks import get_domain, resolve
-
     out = []
     no_tools = {"tools": None, "documents": None}
     for name in resolve(list(CORPUS_DOMAINS)):
@@ -221,7 +220,7 @@ def build_tokenizer(variant: str = "instruct", root: str | Path | None = None) -
         "pad_token": ENDOFTEXT,
         "chat_template": CHAT_TEMPLATE,
     }
-    return from_parts(backend, config, f"rlpt.models.synthetic ({variant})")
+    return from_parts(backend, config, f"rlpt.pipeline.synthetic ({variant})")
 
 
 def generation_config(tok: Tokenizer, variant: str) -> dict:
@@ -257,7 +256,7 @@ def build_checkpoint(folder: str | Path, *, size: str = "100m", variant: str = "
     init_model(cfg, seed).save_pretrained(str(folder), dtype=dtype, tokenizer=tok)
     (folder / GENERATION_CONFIG_FILE).write_text(json.dumps(generation_config(tok, variant), indent=2) + "\n")
     info = {
-        "builder": "rlpt.models.synthetic.build_checkpoint",
+        "builder": "rlpt.pipeline.synthetic.build_checkpoint",
         "size": size, "variant": variant, "seed": seed, "dtype": dtype, "num_params": cfg.num_params(),
         "tokenizer_sha256": _sha256((folder / TOKENIZER_FILE).read_bytes()),
         "corpus": {p.relative_to(base).as_posix(): _sha256(p.read_bytes()) for p in corpus_files(base)},
@@ -269,7 +268,7 @@ def build_checkpoint(folder: str | Path, *, size: str = "100m", variant: str = "
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rlpt.models.synthetic", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m rlpt.pipeline.synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="output folder (created; existing files are overwritten)")
     parser.add_argument("--size", choices=sorted(SIZES), default="100m")
     parser.add_argument("--variant", choices=VARIANTS, default="instruct")
