@@ -1,8 +1,11 @@
 """Accelerator chips (HBM, peak bf16 FLOP/s, HBM bandwidth, with sources) and `target=` names -> devices."""
 import dataclasses
+import logging
 import math
 import os
 import re
+
+log = logging.getLogger(__name__)
 
 GiB = 1 << 30
 
@@ -106,6 +109,17 @@ def parse_target(spec: str) -> Target:
     raise bad
 
 
+def _drop_cpu_flags_for_libtpu() -> None:
+    """libtpu parses XLA_FLAGS itself when it first compiles and aborts the process on a flag its XLA does not know,
+    such as a newer XLA:CPU flag (`--xla_cpu_use_fusion_emitters`). A TPU compile never reads `--xla_cpu_*` flags,
+    so they leave XLA_FLAGS here (a CPU backend that has started already read them and keeps them)."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    kept = [f for f in flags if not f.startswith("--xla_cpu_")]
+    if len(kept) < len(flags):
+        log.info("XLA_FLAGS: %s left out of libtpu's flags", " ".join(f for f in flags if f not in kept))
+        os.environ["XLA_FLAGS"] = " ".join(kept)
+
+
 def target_devices(target: Target) -> list:
     """The devices a mesh for this target spans: TPU devices from libtpu's topology description (nothing runs,
     nothing is allocated), or the local CPU / GPU devices (cpu:N needs N devices, e.g. XLA_FLAGS
@@ -116,6 +130,7 @@ def target_devices(target: Target) -> list:
         # Compile-only: no chip is opened, so several processes (test workers, a rehearsal beside another) may each
         # load libtpu; without this the second one fails on libtpu's lockfile.
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+        _drop_cpu_flags_for_libtpu()
         try:
             from jax.experimental import topologies
             dims = [int(d) for d in target.topology.split(":")[1].split("x")] + [1]
