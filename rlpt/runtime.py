@@ -25,9 +25,10 @@ _CPU_OPTIONS = {
 }
 
 
-def compiler_options(kind: str, compute_dtype: str = "float32") -> dict | None:
-    """`jax.jit(..., compiler_options=...)` for a computation of this kind ("train" or "decode") on the
-    default backend; None where nothing is tuned (every non-CPU backend).
+def compiler_options(kind: str, compute_dtype: str = "float32", platform: str | None = None) -> dict | None:
+    """`jax.jit(..., compiler_options=...)` for a computation of this kind ("train" or "decode") compiled for
+    `platform` ("cpu", "gpu", "tpu"; None: the default backend; callers that trace for a rehearsal's target pass
+    `rlpt.models.ops.target_platform()`); None where nothing is tuned (every non-CPU platform).
 
     The YNNPACK dot library pays for float32 matmuls only: on a CPU with bf16 dot instructions (AVX512-BF16)
     XLA's default bf16 matmul is ~1.9x YNNPACK's (254 vs 135 GFLOP/s at 2048^3, train step 1.13x), so a
@@ -36,7 +37,7 @@ def compiler_options(kind: str, compute_dtype: str = "float32") -> dict | None:
 
     if kind not in _CPU_OPTIONS:
         raise ValueError(f"compiler_options: unknown kind {kind!r}; expected one of {sorted(_CPU_OPTIONS)}")
-    if jax.default_backend() != "cpu" or compute_dtype != "float32":
+    if (platform or jax.default_backend()) != "cpu" or compute_dtype != "float32":
         return None
     return dict(_CPU_OPTIONS[kind]) or None
 

@@ -83,7 +83,7 @@ def train_flops(m: ModelConfig, body_tokens: float, head_tokens: float, attn_fwd
     return 3 * fwd + recompute + forwards_only * fwd
 
 
-def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
+def train_program(cfg, model_cfg: ModelConfig, mesh) -> Program:
     """The stage's train step as the stage builds it (`rlpt.train.step.build_train_step`), with abstract state."""
     from rlpt.train.loop import state_shardings
     from rlpt.train.lora import init_lora, lora_params
@@ -159,7 +159,6 @@ def train_program(cfg, model_cfg: ModelConfig, mesh, platform: str) -> Program:
     state = with_shardings(jax.eval_shape(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
                                           trainable, frozen), shardings)
     step = build_train_step(loss(model_cfg), optimizer, state_shardings=shardings, params_fn=params_fn,
-                            compiler_options="auto" if platform == "cpu" else None,
                             compute_dtype=model_cfg.compute_dtype)
     return Program(name, step, (state, abstract_batch(arrays, mesh, A)), {}, flops, formula)
 

@@ -185,7 +185,7 @@ def rehearse(cfg) -> dict:
     # Programs are built outside the mesh context (optax evaluates init eagerly for the state's shardings, and
     # nothing may run on a topology's devices); they are lowered and compiled inside it.
     with compiling_for(target.kind), axis_rules(cfg.mesh.rules), recording_unsplit() as ctx["built"]:
-        train = train_program(cfg, model_cfg, mesh, target.kind)
+        train = train_program(cfg, model_cfg, mesh)
         with jax.set_mesh(mesh):
             res, _ = compile_program(train, ctx)
         programs.append(res)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import optax
 
 from rlpt import runtime
+from rlpt.models.ops import target_platform
 from rlpt.train.state import TrainState
 
 # loss_fn(params, frozen, micro_batch, rng) -> (loss_sum, weight, metrics): a sum over tokens (or
@@ -66,12 +67,13 @@ def build_train_step(loss_fn: LossFn, optimizer, *, state_shardings=None, batch_
     """jax.jit(train_step) with in/out shardings and state donation: the single jit boundary.
 
     compiler_options: XLA options for this jit; "auto" takes `rlpt.runtime.compiler_options("train",
-    compute_dtype)` (the YNNPACK dot library for float32 compute on CPU), None compiles with XLA's defaults.
+    compute_dtype, platform=target_platform())` (the YNNPACK dot library for float32 compute when compiling for
+    CPU; nothing under `compiling_for("tpu")`), None compiles with XLA's defaults.
     compute_dtype: the model's compute dtype (`ModelConfig.compute_dtype`), for "auto".
     """
     step = make_train_step(_wrap_loss(loss_fn), optimizer, params_fn)
     if compiler_options == "auto":
-        compiler_options = runtime.compiler_options("train", compute_dtype)
+        compiler_options = runtime.compiler_options("train", compute_dtype, platform=target_platform())
     kwargs = {"compiler_options": compiler_options} if compiler_options else {}
     if state_shardings is not None:
         kwargs["in_shardings"] = (state_shardings, batch_shardings)

@@ -23,6 +23,17 @@ def test_train_options_compile_and_keep_values():
         runtime.compiler_options("serve")
 
 
+def test_options_follow_the_platform_compiled_for():
+    """A TPU rehearsal on this CPU process traces under compiling_for("tpu"): the train step gets no XLA:CPU option."""
+    from rlpt.models.ops import compiling_for, target_platform
+
+    assert runtime.compiler_options("train", platform="tpu") is None
+    assert runtime.compiler_options("train", platform="gpu") is None
+    with compiling_for("tpu"):
+        assert runtime.compiler_options("train", platform=target_platform()) is None
+    assert runtime.compiler_options("train", platform=target_platform()) is not None  # CI runs on CPU
+
+
 def _probe(env):
     code = ("from rlpt.runtime import tune_malloc, malloc_tuned; import os; tune_malloc(); "
             "print(malloc_tuned(), os.environ.get('RLPT_MALLOC_TUNING'), os.getpid())")
