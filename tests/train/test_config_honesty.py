@@ -77,6 +77,11 @@ def test_every_config_key_is_read_somewhere():
     (["rl.algo.aggregation=seq-mean-token-sum-norm"],
      r"rl.algo.aggregation_kwargs.norm_constant is required by loss aggregation 'seq-mean-token-sum-norm'"),
     (["+rl.algo.advantage_kwargs.num_groups=3"], r"advantage estimator 'grpo' takes no option 'num_groups'"),
+    (["+rl.algo.policy_loss_kwargs.clip_high=wide"],
+     r"rl.algo.policy_loss_kwargs.clip_high='wide': policy loss 'ppo' takes a number there"),
+    (["+rl.algo.policy_loss_kwargs.clip_low=true"], r"clip_low=True: policy loss 'ppo' takes a number there"),
+    (["rl.algo.advantage=gae", "+rl.algo.advantage_kwargs.whiten=0.5"],
+     r"rl.algo.advantage_kwargs.whiten=0.5: advantage estimator 'gae' takes a bool there"),
     (["rl.algo.kl_estimator=k9"], r"rl.algo.kl_estimator='k9': unknown"),
     (["rl.algo.correction_level=token"], r"set rl.algo.old_logp=recompute"),
     (["rl.exec.logits_window=false"], r"rl.exec.share_prefix=true .* needs rl.exec.logits_window=true"),
@@ -104,6 +109,32 @@ def test_each_policy_loss_gets_its_own_defaults():
     assert (gspo["clip_low"].default, gspo["clip_high"].default) == (3e-4, 4e-4)
     ppo = inspect.signature(get_policy_loss("ppo")).parameters
     assert (ppo["clip_low"].default, ppo["clip_high"].default) == (0.2, 0.28)  # what the RL stage ran before
+
+
+def test_each_option_has_a_typed_dataclass_with_the_functions_defaults():
+    """Registry.options_class: one frozen dataclass per policy loss / advantage / aggregation, its fields the
+    function's keyword-only parameters with the function's own defaults (the one source of them)."""
+    import dataclasses
+    import inspect
+
+    from rlpt.algos.advantages import ADVANTAGES
+    from rlpt.algos.aggregation import AGGREGATIONS
+    from rlpt.algos.policy_losses import POLICY_LOSSES
+
+    for registry, supplied in ((POLICY_LOSSES, ()), (ADVANTAGES, ("num_groups", "values")), (AGGREGATIONS, ())):
+        for name, fn in registry.items():
+            cls = registry.options_class(name, supplied)
+            params = {p.name: p.default for p in inspect.signature(fn).parameters.values()
+                      if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in supplied}
+            fields = {f.name: f.default for f in dataclasses.fields(cls)}
+            assert fields == {k: (dataclasses.MISSING if v is inspect.Parameter.empty else v)
+                              for k, v in params.items()}, name
+    ppo = POLICY_LOSSES.options("ppo", {"clip_high": 0.3}, "rl.algo.policy_loss")
+    assert type(ppo).__name__ == "PpoLossOptions" and (ppo.clip_low, ppo.clip_high) == (0.2, 0.3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ppo.clip_low = 0.1
+    agg = AGGREGATIONS.options("seq-mean-token-sum-norm", {"norm_constant": 512}, "rl.algo.aggregation")
+    assert agg.norm_constant == 512
 
 
 def test_the_moved_execution_switches_still_work_with_a_warning():
