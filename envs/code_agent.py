@@ -9,6 +9,7 @@ from rlpt.envs.builtin_tasks import code_task
 from rlpt.envs.sandboxed import WorkspaceEnv
 from rlpt.envs.tools import Tool, ToolRegistry
 
+from rlpt.rewards import Verdict
 from rlpt.tasks.base import render_prompt
 
 _SCHEMAS = {
@@ -58,8 +59,6 @@ class CodeAgentEnv(WorkspaceEnv):
         try:
             source = self.read(meta.get("solution_file", "solution.py")) or ""
         except ValueError as e:  # a FIFO, folder or symlink out where the solution should be: a failure
-            from rlpt.rewards import Verdict
-
             v = Verdict(0.0, False, {"error": f"solution_unreadable: {e}", "flags": []})
         else:
             v = self.checker.check(source, meta["tests"], meta["entry_point"], timeout_s=self.limits.wall_s)

@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium import spaces
 from rlpt.envs.spaces import UnicodeText
 
+from rlpt.tasks import get_domain
 from rlpt.tasks.native.vision import IMAGE_SIZE, IMAGE_TOKEN, MOVES, walk, walk_image
 
 
@@ -42,7 +43,6 @@ class GridWalkEnv(gym.Env):
         super().reset(seed=seed)
         task = (options or {}).get("task")
         if task is None:
-            from rlpt.tasks import get_domain
 
             task = get_domain("vision/grid_walk").generate(int(self.np_random.integers(0, 2**29)), 1)
         q = task.meta["query"]

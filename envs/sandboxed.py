@@ -5,7 +5,7 @@ import logging
 import os
 
 from rlpt.envs.base import ToolEnv
-from rlpt.envs.sandbox import Limits
+from rlpt.envs.sandbox import Limits, default_checker
 from rlpt.envs.sandbox.layers import sandbox_python
 from rlpt.envs.sandbox.workspace import CopyReport, Workspace, read_inside, write_inside
 
@@ -28,7 +28,6 @@ class WorkspaceEnv(ToolEnv):
     @property
     def checker(self):
         if self._checker is None:
-            from rlpt.envs.sandbox import default_checker
 
             self._checker = default_checker()
         return self._checker

@@ -8,7 +8,7 @@ _API = ("compose", "run", "evaluate", "RunResult")
 
 def __getattr__(name: str):
     if name in _API:
-        from rlpt import api
+        from rlpt import api  # on use: `import rlpt` stays light
 
         return getattr(api, name)
     if name == "sweep":

@@ -16,6 +16,9 @@ from typing import Any
 
 from rlpt.config.schema import Config
 from rlpt.config.schema import compose as _compose
+from rlpt.eval.config import EvalConfig, validate
+from rlpt.sweep.results import find_logs, read_logs
+from rlpt.train.stages import run_stage
 
 
 def compose(overrides: list[str] | tuple[str, ...] = (), *, config_name: str = "config") -> Config:
@@ -39,7 +42,6 @@ class RunResult:
     @property
     def paths(self) -> dict[str, str]:
         """The run's files that exist: summary, config, report, HF export, checkpoints, metrics logs."""
-        from rlpt.sweep.results import find_logs
 
         named = {"summary": "summary.json", "config": "config.yaml", "report": "report.md", "hf": "hf",
                  "checkpoints": "checkpoints", "trajectories": "rl/trajectories", "failures": "rl/failures"}
@@ -50,7 +52,6 @@ class RunResult:
     def metrics(self, log: str | None = None) -> dict[str, list[dict]]:
         """{metrics log (relative path, e.g. "metrics.jsonl", "rl/metrics.jsonl"): rows, one per step}; `log`
         picks one."""
-        from rlpt.sweep.results import find_logs, read_logs
 
         found = read_logs(self.out_dir, log)
         if log is not None and not found:
@@ -72,9 +73,8 @@ def run(cfg: Config | list[str] | tuple[str, ...]) -> RunResult:
     first). Raises what the CLI refuses: ConfigError / RunFolderError / IncompatibleCheckpoint name the key."""
     from omegaconf import OmegaConf
 
-    from rlpt.train.preflight import check_run_folder
+    from rlpt.train.preflight import check_run_folder  # on use (start-up: orbax)
     from rlpt.train.sft import get_tokenizer  # the run's tokenizer: train.init_from's, data.tokenizer's or builtin
-    from rlpt.train.stages import run_stage
 
     if not isinstance(cfg, Config):
         cfg = compose(cfg)
@@ -97,9 +97,8 @@ def evaluate(policy, suite: str = "quickstart", *, tokenizer=None, **options) ->
 
     policy: a RunResult, a checkpoint folder (HF export or run folder), a Model with tokenizer=, or "oracle" /
     "empty" (the suite's gold answers / empty answers: its verifier's bounds)."""
-    from rlpt.eval.__main__ import run as eval_run
-    from rlpt.eval.__main__ import run_eval
-    from rlpt.eval.config import EvalConfig, validate
+    from rlpt.eval.__main__ import run as eval_run  # on use (start-up: hydra)
+    from rlpt.eval.__main__ import run_eval  # on use (start-up: hydra)
 
     if isinstance(policy, str) and policy in ("oracle", "empty"):
         return eval_run(EvalConfig(suite=suite, policy=policy, **options))

@@ -89,3 +89,23 @@ def test_the_sandbox_layer_loads_without_the_environments_or_tasks():
             "print(sorted(m for m in sys.modules if m.startswith(('rlpt.tasks', 'rlpt.envs.base', 'rlpt.models'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+def test_function_local_imports_say_why():
+    """rlpt imports sit at module top; one inside a function says why on its line (`# on use (start-up: jax)`, an
+    import cycle, an optional dependency): a measured start-up cost or a cycle, never habit."""
+    silent = []
+    for path, _ in _modules():
+        src = open(path).read()
+        lines = src.splitlines()
+        for fn in ast.walk(ast.parse(src)):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                if any(n.startswith("rlpt") for n in names) and "#" not in " ".join(
+                        lines[node.lineno - 1:node.end_lineno]):
+                    silent.append(f"{path}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    assert not silent, "function-local imports without a reason (move them to the top):\n" + "\n".join(
+        sorted(set(silent)))

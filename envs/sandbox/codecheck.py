@@ -221,7 +221,7 @@ def _check_exec_result(res) -> str | None:
 
 def _violation(why: str, layers):
     """Score 0 for a verification whose untrusted side broke the protocol."""
-    from rlpt.rewards import Verdict
+    from rlpt.rewards import Verdict  # on use (start-up: rlpt.rewards loads jax)
 
     details = {
         "flags": ["protocol_violation"],

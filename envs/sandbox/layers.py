@@ -44,7 +44,7 @@ def _cgroup_ok(controller: str) -> bool:
 
 def _seccomp_ok() -> bool:
     try:
-        from rlpt.envs.sandbox.seccomp_filter import bpf_program
+        from rlpt.envs.sandbox.seccomp_filter import bpf_program  # optional: pyseccomp may be missing
 
         return len(bpf_program()) > 0
     except (ImportError, OSError):

@@ -10,6 +10,8 @@ import os
 import warnings
 from typing import Any
 
+from rlpt.algos.options import check_algo_options
+from rlpt.config.source import check_checkpoint_source
 from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardConfig
 from rlpt.config.validate import ConfigError, choice, num, validate
 from rlpt.models.config import ModelConfig
@@ -462,7 +464,6 @@ class Config:
     def check_combinations(self) -> None:
         """Refuse, at compose time, options of the chosen pieces that do not exist and combinations the code does
         not support, naming the keys (`validate` runs this after the ranges)."""
-        from rlpt.algos.options import check_algo_options
 
         try:
             check_algo_options(self.rl.algo)
@@ -525,7 +526,6 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "con
     cfg = OmegaConf.to_object(compose_dict(overrides, config_name))
     validate(cfg)
     if isinstance(cfg, Config):
-        from rlpt.config.source import check_checkpoint_source
 
         check_checkpoint_source(cfg, list(overrides))
     return cfg

@@ -11,7 +11,9 @@ import functools
 import os
 
 from rlpt.config.validate import ConfigError
+from rlpt.models import builtin_tokenizer, load_tokenizer
 from rlpt.models.config import ModelConfig
+from rlpt.models.hf import config_from_hf
 
 # ModelConfig fields that say how a model runs, not what it is: a run sets them on a checkpoint.
 RUNTIME_FIELDS = ("param_dtype", "compute_dtype", "logits_dtype", "attention_impl", "ops", "remat", "scan_layers",
@@ -40,7 +42,6 @@ def model_config(cfg) -> ModelConfig:
     """The architecture this run trains: the checkpoint's (with cfg.model's runtime settings) or cfg.model."""
     if not cfg.train.init_from:
         return cfg.model
-    from rlpt.models.hf import config_from_hf
 
     return config_from_hf(cfg.train.init_from, **runtime_overrides(cfg.model))
 
@@ -57,7 +58,6 @@ def _tokenizer_file(folder: str) -> bytes | None:
 def run_tokenizer(cfg):
     """The tokenizer of this run: the checkpoint's with train.init_from (data.tokenizer may only name a folder
     holding the same tokenizer.json), else data.tokenizer ("builtin": the character tokenizer)."""
-    from rlpt.models import builtin_tokenizer, load_tokenizer
 
     folder, chosen = cfg.train.init_from, cfg.data.tokenizer
     if not folder:

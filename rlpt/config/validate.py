@@ -11,6 +11,9 @@ import math
 import typing
 from typing import Any
 
+from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardComponentConfig, RewardConfig
+from rlpt.models.config import ModelConfig, RopeScaling, VisionConfig
+
 RANGE_KEY = "rlpt_range"
 
 
@@ -66,8 +69,6 @@ def choice(default: str, *choices: str) -> Any:
 
 
 def _external() -> dict[type, dict[str, Range]]:
-    from rlpt.config.tasks import CurriculumConfig, DomainsConfig, RewardComponentConfig, RewardConfig
-    from rlpt.models.config import ModelConfig, RopeScaling, VisionConfig
 
     pos, nonneg, unit, finite = Range(ge=1), Range(ge=0), Range(ge=0, le=1), Range()
     return {

@@ -10,7 +10,14 @@ import hydra
 from omegaconf import OmegaConf
 
 from rlpt.config.cli import CONF_DIR, fail, preflight, register_cli_configs, slug
+from rlpt.config.schema import RuntimeConfig
+from rlpt.eval import compare as comparison
+from rlpt.eval import contamination
+from rlpt.eval.checkpoint import load_policy
 from rlpt.eval.config import EvalConfig, legacy_overrides, parse_args, validate
+from rlpt.eval.report import final_line, load_results, markdown, write_results
+from rlpt.eval.run import evaluate_suite
+from rlpt.runtime import setup
 
 register_cli_configs()
 
@@ -22,7 +29,6 @@ def _out(cfg: EvalConfig, name: str) -> str:
 def _policy(cfg: EvalConfig):
     if cfg.policy != "model":
         return None
-    from rlpt.eval.checkpoint import load_policy
 
     model, tok, desc = load_policy(cfg.checkpoint)
     print(f"[eval] policy {desc}", flush=True)
@@ -31,9 +37,7 @@ def _policy(cfg: EvalConfig):
 
 def run_eval(cfg: EvalConfig, policy=None) -> dict:
     """Evaluate on cfg.suite; `policy` = (model, tokenizer) in memory instead of loading cfg.checkpoint."""
-    from rlpt.eval.report import final_line, markdown, write_results
-    from rlpt.eval.run import evaluate_suite
-    from rlpt.eval.suites import LoadArgs, get_suite
+    from rlpt.eval.suites import LoadArgs, get_suite  # on use (start-up: gymnasium)
 
     suite = get_suite(cfg.suite)
     tasks = suite.load(LoadArgs(cfg.limit, cfg.per_domain, cfg.seed))
@@ -48,18 +52,15 @@ def run_eval(cfg: EvalConfig, policy=None) -> dict:
 
 
 def _compare(cfg: EvalConfig, a_path: str, b_path: str) -> dict:
-    from rlpt.eval.compare import compare, markdown, write_comparison
-    from rlpt.eval.report import load_results
-
     a, b = load_results(a_path), load_results(b_path)
     metrics = ["pass1"] + [f"pass@{k}" for k in cfg.k if all(r.get("n", 0) >= k for r in a["records"] + b["records"])]
     result = {}
     for metric in metrics:
-        cmp = compare(a, b, metric=metric, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed,
+        cmp = comparison.compare(a, b, metric=metric, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed,
                       min_drop=cfg.min_drop)
         out = cfg.out or os.path.dirname(os.path.abspath(b_path if b_path.endswith(".json") else b_path + "/x"))
-        write_comparison(cmp, os.path.join(out, f"compare_{metric.replace('@', '_at_')}"))
-        print(markdown(cmp), flush=True)
+        comparison.write_comparison(cmp, os.path.join(out, f"compare_{metric.replace('@', '_at_')}"))
+        print(comparison.markdown(cmp), flush=True)
         row = cmp["rows"]["all"]
         result[metric] = {"delta": round(row["delta"], 6), "low": round(row["low"], 6), "high": round(row["high"], 6),
                           "regressions": cmp["regressions"]}
@@ -74,13 +75,13 @@ def run_compare(cfg: EvalConfig) -> dict:
 
 
 def run_contamination(cfg: EvalConfig) -> dict:
-    from rlpt.eval.contamination import markdown, report, training_texts
-    from rlpt.eval.suites import LoadArgs, get_suite
+    from rlpt.eval.suites import LoadArgs, get_suite  # on use (start-up: gymnasium)
 
     suite = get_suite(cfg.suite)
     tasks = suite.load(LoadArgs(cfg.limit, cfg.per_domain, cfg.seed))
-    rows = report(tasks, training_texts(cfg.contamination, cfg.train_tasks), n=cfg.ngram)
-    text = markdown(suite.name, rows, cfg.ngram)
+    rows = contamination.report(tasks, contamination.training_texts(cfg.contamination, cfg.train_tasks),
+                                n=cfg.ngram)
+    text = contamination.markdown(suite.name, rows, cfg.ngram)
     out = _out(cfg, f"{suite.name}-contamination")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "contamination.json"), "w") as f:
@@ -96,8 +97,6 @@ def run_contamination(cfg: EvalConfig) -> dict:
 
 def run(cfg: EvalConfig) -> dict:
     """The mode cfg asks for (compare, contamination, effective context, or a suite evaluation); its JSON line."""
-    from rlpt.config.schema import RuntimeConfig
-    from rlpt.runtime import setup
 
     validate(cfg)
     setup(RuntimeConfig())  # the persistent compilation cache, as for training ($RLPT_COMPILATION_CACHE or ~/.cache)
@@ -106,7 +105,7 @@ def run(cfg: EvalConfig) -> dict:
     if cfg.contamination:
         return run_contamination(cfg)
     if cfg.suite in ("needle", "multihop"):
-        from rlpt.eval.context import run_context
+        from rlpt.eval.context import run_context  # on use (start-up: gymnasium)
 
         return run_context(cfg, _policy(cfg), _out(cfg, cfg.suite))
     return run_eval(cfg)

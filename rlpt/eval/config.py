@@ -2,14 +2,17 @@
 older comma forms of its overrides."""
 import typing
 
-from rlpt.config.cli import EvalConfig  # noqa: F401  (the schema lives with the other CLI schemas)
+from rlpt.config.cli import (
+    EvalConfig,  # noqa: F401  (the schema lives with the other CLI schemas)
+    compose,
+    quote,
+)
 
 
 def legacy_overrides(argv: list[str]) -> list[str]:
     """Overrides with this CLI's older comma forms kept: `k=1,4,16` (a list option) -> `k=[1,4,16]`;
     `compare=A,B`, `contamination=a.jsonl,tasks:code/*` and `suite=domains:a,b` stay one string. Elsewhere a comma
     is Hydra's sweep (`-m suite=humaneval,arc`)."""
-    from rlpt.config.cli import quote
 
     hints = typing.get_type_hints(EvalConfig)
     out = []
@@ -27,7 +30,6 @@ def legacy_overrides(argv: list[str]) -> list[str]:
 def parse_args(argv: list[str]) -> EvalConfig:
     """EvalConfig from the CLI's overrides (['key=value', ...]), composed by Hydra over experiments/conf/eval.yaml
     and validated. Raises ValueError naming the key of an unknown option, a wrong type or a bad value."""
-    from rlpt.config.cli import compose
 
     cfg = compose("eval", legacy_overrides(argv))
     validate(cfg)

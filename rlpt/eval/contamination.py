@@ -3,6 +3,7 @@ import glob
 import json
 import os
 
+from rlpt.tasks import get_domain, resolve
 from rlpt.tasks.base import render_prompt
 from rlpt.tasks.contamination import check_contamination
 
@@ -27,7 +28,6 @@ def _jsonl_texts(path: str) -> list[str]:
 
 def _task_texts(patterns: list[str], per_domain: int) -> list[str]:
     """Prompts and gold answers of `per_domain` train-split tasks of each domain, spread over its tiers."""
-    from rlpt.tasks import get_domain, resolve
 
     texts = []
     for name in resolve(patterns):

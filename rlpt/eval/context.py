@@ -3,21 +3,21 @@ import json
 import os
 
 from rlpt.eval import needle
+from rlpt.eval.report import write_results
+from rlpt.eval.run import evaluate_suite
 from rlpt.eval.suites.base import Suite
+from rlpt.models import builtin_tokenizer, load_tokenizer
 
 
 def _tokenizer(cfg, policy_model):
     if policy_model is not None:
         return policy_model[1]
-    from rlpt.models import builtin_tokenizer, load_tokenizer
 
     return load_tokenizer(cfg.tokenizer) if cfg.tokenizer else builtin_tokenizer()
 
 
 def run_context(cfg, policy_model, out: str) -> dict:
     """Evaluate the lengths x depths grid; write results.json, needle.json, needle.md and needle.png."""
-    from rlpt.eval.report import write_results
-    from rlpt.eval.run import evaluate_suite
 
     hops = 1 if cfg.suite == "needle" else 2
     tok = _tokenizer(cfg, policy_model)

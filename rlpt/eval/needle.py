@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 
+from rlpt.observe.report import new_figure
 from rlpt.rewards.verdict import Verdict
 from rlpt.tasks import Task
 
@@ -38,7 +39,7 @@ def _facts(rng: random.Random, hops: int) -> tuple[list[str], str, str]:
 def make_task(tok, length: int, depth: float, trial: int, hops: int, seed: int) -> Task:
     """A document of about `length` prompt tokens with the (first) needle at `depth` (0: start, 1: end); for
     hops=2 the second fact sits at depth 1 - depth. Distractor facts about other names fill other depths."""
-    from rlpt.rollout.format import prompt_ids
+    from rlpt.rollout.format import prompt_ids  # on use (start-up: PIL)
 
     rng = random.Random(f"needle|{hops}|{length}|{depth}|{trial}|{seed}")
     needles, question, answer = _facts(rng, hops)
@@ -113,7 +114,6 @@ def effective_context(grid: np.ndarray, lengths, threshold: float) -> int:
 
 
 def heatmap(grid: np.ndarray, lengths, depths, path: str, title: str) -> str:
-    from rlpt.observe.report import new_figure
 
     fig, ax = new_figure((1.2 + 0.9 * len(lengths), 1.2 + 0.6 * len(depths)))
     im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")

@@ -12,8 +12,13 @@ RESPONSE_CLIP = 400  # characters of each greedy response kept in results.json
 def model_responses(model, tok, tasks, max_new: int, *, n: int = 1, temperature: float = 0.0, top_k: int = 0,
                     top_p: float = 1.0, seed: int = 0, batch_size: int = 32) -> list[list[str]]:
     """n decoded responses per task (greedy when temperature is 0) through rlpt.sampling.generate."""
-    from rlpt.rollout.format import batch_prompts, policy_vision, response_text, sampler_images
-    from rlpt.sampling import generate
+    from rlpt.rollout.format import (  # on use (start-up: jax/PIL)
+        batch_prompts,
+        policy_vision,
+        response_text,
+        sampler_images,
+    )
+    from rlpt.sampling import generate  # on use (start-up: jax)
 
     vision = policy_vision(model)  # a VisionLanguageModel: each task's images go in with it
     out: list[list[str]] = []

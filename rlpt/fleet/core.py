@@ -226,7 +226,7 @@ def make_fleet(cfg, alert_hooks=()) -> FleetBase:
     if cfg.kind == "none":
         return LocalFleet(quarantine_after=cfg.quarantine_after, alert_hooks=alert_hooks)
     if cfg.kind == "ray":
-        from rlpt.fleet.ray_fleet import RayFleet
+        from rlpt.fleet.ray_fleet import RayFleet  # on use: ray (~1 s) loads only with fleet=ray
 
         return RayFleet(cfg, alert_hooks=alert_hooks)
     raise ValueError(f"fleet.kind={cfg.kind!r}; expected 'none' or 'ray'")

@@ -19,8 +19,11 @@ import threading
 import time
 
 from rlpt.fleet.core import FleetBase, VerifyItem
+from rlpt.fleet.envs import EnvHosts
 from rlpt.fleet.scheduler import CostModel, Item, Scheduler, match_table
+from rlpt.fleet.work import check
 from rlpt.rewards.verdict import Verdict
+from rlpt.tasks import get_domain, list_domains
 
 log = logging.getLogger(__name__)
 BACKUP_MIN_S = 1.0  # no chunk is re-run before it has run this long (a cold worker's first chunk imports its checks)
@@ -45,7 +48,6 @@ class VerifierWorker:
 
     def ready(self) -> tuple[int, list[str]]:
         """(pid, domain names this process knows without being sent them)."""
-        from rlpt.tasks import list_domains
 
         return os.getpid(), list_domains()
 
@@ -54,7 +56,6 @@ class VerifierWorker:
         self.domains.update(domains)
 
     def verify(self, chunk: list) -> list:
-        from rlpt.fleet.work import check
 
         return list(self.pool.map(lambda entry: (entry[0], *check(entry[2], entry[3], self.domains)), chunk))
 
@@ -92,7 +93,7 @@ def connect(cfg) -> None:
             for tag, amount in pool.tags.items():
                 resources[tag] += amount * pool.workers
         if "bubblewrap" in resources:
-            from rlpt.envs.sandbox import layers
+            from rlpt.envs.sandbox import layers  # on use (start-up: gymnasium)
 
             if not layers.probe().get("namespaces"):
                 raise ValueError("fleet.pools ask for the 'bubblewrap' tag, but this host's sandbox has no namespace "
@@ -130,7 +131,6 @@ class RayFleet(FleetBase):
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rlpt-fleet-dispatch")
         self._thread.start()
         if cfg.envs:
-            from rlpt.fleet.envs import EnvHosts
 
             self.envs = EnvHosts(cfg.env_hosts)
 
@@ -278,7 +278,6 @@ class RayFleet(FleetBase):
 
     def _send(self, w: _Worker, chunk: list[Item], now: float, is_copy: bool = False) -> None:
         for name in {it.domain for it in chunk} - w.builtin - w.installed:
-            from rlpt.tasks import get_domain
 
             w.actor.install.remote({name: get_domain(name)})  # runs before the chunk: a sequential actor
             w.installed.add(name)

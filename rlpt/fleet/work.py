@@ -3,6 +3,7 @@
 import time
 
 from rlpt.rewards.verdict import Verdict
+from rlpt.tasks import get_domain
 
 
 def verify_one(domain, task, text: str) -> tuple[Verdict, str | None]:
@@ -26,7 +27,6 @@ def failed(verdict: Verdict, error: str | None) -> bool:
 def check(task, text: str, domains: dict | None = None) -> tuple[Verdict, str | None, float]:
     """(verdict, error, seconds) for one response: its domain from `domains` (the ones a worker was sent) or the
     registry (an unknown domain scores 0 with the KeyError), then `verify_one`."""
-    from rlpt.tasks import get_domain
 
     t0 = time.perf_counter()
     try:

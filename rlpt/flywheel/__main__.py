@@ -10,6 +10,7 @@ import hydra
 from omegaconf import OmegaConf
 
 from rlpt.config.cli import CONF_DIR, FlywheelCliConfig, compose, fail, preflight, register_cli_configs, translate_argv
+from rlpt.flywheel.build import build, check_regressions
 from rlpt.observe.tags import FAILURE_TAGS
 
 register_cli_configs()
@@ -28,7 +29,6 @@ def validate(cfg: FlywheelCliConfig) -> None:
 def run(cfg: FlywheelCliConfig) -> int:
     """Builds (or with cfg.check re-verifies), prints the JSON line; 1 if a regression case broke, else 0.
     Raises ValueError naming a bad option, FileNotFoundError for a folder without failure records."""
-    from rlpt.flywheel.build import build, check_regressions
 
     validate(cfg)
     if cfg.check:

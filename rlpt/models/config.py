@@ -3,6 +3,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from rlpt import kernels
+
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 FAMILIES = ("llama", "qwen2", "qwen3")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -159,7 +161,6 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"model.num_heads={self.num_heads} must be a multiple of "
                              f"model.num_kv_heads={self.num_kv_heads}")
-        from rlpt import kernels
 
         if self.attention_impl not in ("auto", "dense") and self.attention_impl not in kernels.ATTENTION_IMPLS:
             raise ValueError(f"model.attention_impl={self.attention_impl!r}; expected 'auto', 'dense' or one of "

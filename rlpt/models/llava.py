@@ -116,7 +116,7 @@ def _text_names(names: list[str]) -> dict[str, str]:
 
 def load_llava(folder: str, *, mesh=None, **text_overrides):
     """A VisionLanguageModel from a LLaVA checkpoint folder (config.json + safetensors)."""
-    from rlpt.models.vision import VisionLanguageModel
+    from rlpt.models.vision import VisionLanguageModel  # on use: cycle with rlpt.models.vision
 
     cfg = config_from_llava(folder, **text_overrides)
     files = hf._weight_files(folder)

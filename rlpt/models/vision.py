@@ -26,6 +26,8 @@ from rlpt.models.ops.reference import dense
 from rlpt.models.transformer import forward as text_forward
 from rlpt.models.transformer import init_params as text_init_params
 from rlpt.models.transformer import param_axes as text_param_axes
+from rlpt.parallel.distributed import place
+from rlpt.parallel.rules import named_sharding
 
 
 @dataclasses.dataclass(unsafe_hash=True)
@@ -269,7 +271,7 @@ class VisionLanguageModel:
     def text_model(self):
         """The decoder as an rlpt Model sharing these text parameters (kept per weight version, so the sampler's
         derived values, e.g. its CPU decode layout, are built once)."""
-        from rlpt.models.model import Model
+        from rlpt.models.model import Model  # on use: cycle with rlpt.models.model
 
         if self._text is None or self._text.params is not self.params["text"]:
             self._text = Model(self.config.text, self.params["text"])
@@ -289,8 +291,6 @@ class VisionLanguageModel:
 
     def placed(self, mesh) -> "VisionLanguageModel":
         """This model with its params on `mesh` by the logical-axis rules (call under rlpt.parallel.axis_rules)."""
-        from rlpt.parallel.distributed import place
-        from rlpt.parallel.rules import named_sharding
 
         shardings = jax.tree.map(lambda names, x: named_sharding(mesh, names, x.shape), self.param_axes,
                                  self.params, is_leaf=lambda x: isinstance(x, tuple))
@@ -298,7 +298,7 @@ class VisionLanguageModel:
 
     def save_pretrained(self, folder: str, *, dtype: str | None = None) -> None:
         """A LLaVA checkpoint folder transformers' LlavaForConditionalGeneration loads (rlpt.models.llava)."""
-        from rlpt.models.llava import save_llava
+        from rlpt.models.llava import save_llava  # on use: cycle with rlpt.models.llava
 
         save_llava(self, folder, dtype=dtype)
 

@@ -17,6 +17,7 @@ import numpy as np
 from rlpt.config.schema import Config, model_preset
 from rlpt.eval.heldout import evaluate, heldout_tasks
 from rlpt.models import Model, load_pretrained
+from rlpt.pipeline import quickstart
 from rlpt.pipeline.cold_start import cold_start_config
 from rlpt.pipeline.cold_start import run as cold_start
 from rlpt.rollout.single_turn import rollout, to_rows
@@ -41,7 +42,6 @@ def load_teacher(cfg: Config, tok) -> tuple[Model, dict]:
     folder = os.path.join(cfg.train.out_dir, "teacher", "hf")
     if os.path.exists(os.path.join(folder, "config.json")):
         return load_pretrained(folder, **runtime), {"teacher": folder, "teacher_trained": False}
-    from rlpt.pipeline import quickstart
 
     try:
         preset = model_preset(d.teacher_model)

@@ -10,6 +10,10 @@ import hydra
 from omegaconf import OmegaConf
 
 from rlpt.config.plan_schema import register_plan_configs
+from rlpt.plan.chips import TargetError
+from rlpt.plan.rehearse import rehearse
+from rlpt.plan.report import failures, last_line, markdown, write
+from rlpt.train.source import check_checkpoint_source, model_config
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf")
 register_plan_configs()
@@ -29,16 +33,12 @@ def _fake_cpu_devices() -> None:
 def main(dcfg) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from rlpt.plan.chips import TargetError
-    from rlpt.plan.rehearse import rehearse
-    from rlpt.plan.report import failures, last_line, markdown, write
 
     logging.getLogger("absl").setLevel(logging.WARNING)
     cfg = OmegaConf.to_object(dcfg)
     if cfg.train.init_from:  # plan a checkpoint's own architecture (config.json; only its shapes are read)
         import dataclasses
 
-        from rlpt.train.source import check_checkpoint_source, model_config
 
         try:
             check_checkpoint_source(cfg, list(HydraConfig.get().overrides.task))

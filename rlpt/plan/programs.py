@@ -8,10 +8,20 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from rlpt.algos import REFERENCE_FREE
 from rlpt.models.config import ModelConfig, resolved_remat
 from rlpt.models.transformer import init_params, param_axes
 from rlpt.parallel.rules import logical_spec, named_sharding
 from rlpt.rollout.format import fit_width
+from rlpt.sampling import engine
+from rlpt.sampling.generate import plan_cache
+from rlpt.sampling.methods import make_methods
+from rlpt.sampling.sharding import CACHE_AXES
+from rlpt.train.lora import init_lora, lora_axes, lora_params
+from rlpt.train.losses import rl_loss, sft_loss
+from rlpt.train.optim import make_optimizer
+from rlpt.train.state import create_state
+from rlpt.train.step import build_train_step
 
 STAGES = ("sft", "dpo", "rl")
 PLANNED_AS = {"quickstart": "rl", "agent": "rl"}  # train stages that run the RL update
@@ -85,25 +95,19 @@ def train_flops(m: ModelConfig, body_tokens: float, head_tokens: float, attn_fwd
 
 def train_program(cfg, model_cfg: ModelConfig, mesh) -> Program:
     """The stage's train step as the stage builds it (`rlpt.train.step.build_train_step`), with abstract state."""
-    from rlpt.train.loop import state_shardings
-    from rlpt.train.lora import init_lora, lora_params
-    from rlpt.train.optim import make_optimizer
-    from rlpt.train.state import create_state
-    from rlpt.train.step import build_train_step
+    from rlpt.train.loop import state_shardings  # on use (start-up: orbax/tensorboard)
 
     stage, A = PLANNED_AS.get(cfg.stage, cfg.stage), cfg.optim.grad_accum
     params = abstract_params(model_cfg, mesh)
     frozen_ref, steps = False, cfg.train.steps
     if stage == "sft":
-        from rlpt.train.losses import sft_loss
 
         B, T = cfg.data.batch_size, cfg.data.seq_len
         arrays, loss = _rows(B, T), sft_loss
         flops = train_flops(model_cfg, B * T, B * T, attention_flops(model_cfg, B * T, T / 2))
         formula, name = f"6·N·T, T = {B} x {T} tokens (+ causal attention)", "train_step"
     elif stage == "dpo":
-        from rlpt.algos import REFERENCE_FREE
-        from rlpt.preference.dpo import preference_loss, row_groups
+        from rlpt.preference.dpo import preference_loss, row_groups  # on use (start-up: orbax/tensorboard)
 
         p = cfg.pref
         groups = row_groups(p.loss)
@@ -120,8 +124,7 @@ def train_program(cfg, model_cfg: ModelConfig, mesh) -> Program:
         flops = train_flops(model_cfg, n, n, attention_flops(model_cfg, n, T / 2), forwards_only=float(frozen_ref))
         formula, name = f"6·N·T, T = {len(groups)} x {B} x {T} tokens (+ online reference forward)", "dpo_step"
     elif stage == "rl":
-        from rlpt.pipeline.rl import shared_prefix_group
-        from rlpt.train.losses import rl_loss
+        from rlpt.pipeline.rl import shared_prefix_group  # on use (start-up: orbax/tensorboard)
 
         r, algo = cfg.rl.rollout, cfg.rl.algo
         B, T = r.prompts_per_step * r.group_size, r.max_prompt_len + r.max_new_tokens
@@ -146,7 +149,6 @@ def train_program(cfg, model_cfg: ModelConfig, mesh) -> Program:
     optimizer = make_optimizer(cfg.optim, steps)
     frozen, params_fn, trainable = ({"ref": params} if frozen_ref else {}), None, params
     if cfg.lora.rank > 0:
-        from rlpt.train.lora import lora_axes
 
         frozen["base"] = params
         shapes = jax.eval_shape(lambda p: init_lora(p, cfg.lora, jax.random.key(0)), params)
@@ -167,9 +169,6 @@ def sampler_programs(cfg, model_cfg: ModelConfig, mesh, resident: dict) -> list[
     """The sampler's prefill and decode loop (`rlpt.sampling.engine`) for one rollout batch: prompts_per_step
     prompts of max_prompt_len tokens, group_size samples each, max_new_tokens new tokens (the cache `generate`
     allocates). The decode loop's FLOPs are one decode step (XLA counts a while loop's body once)."""
-    from rlpt.sampling import engine
-    from rlpt.sampling.generate import plan_cache
-    from rlpt.sampling.methods import make_methods
 
     r = cfg.rl.rollout
     scfg = dataclasses.replace(model_cfg, compute_dtype=r.compute_dtype or model_cfg.compute_dtype)
@@ -202,7 +201,6 @@ def sampler_programs(cfg, model_cfg: ModelConfig, mesh, resident: dict) -> list[
 def decode_state(prefill: Program, mesh):
     """The decode loop's input state without compiling prefill: its shapes (`jax.eval_shape`) placed by the rules
     (the cache by `rlpt.sampling.sharding.CACHE_AXES`, per-row buffers over the batch axes, the rest replicated)."""
-    from rlpt.sampling.sharding import CACHE_AXES
 
     shapes = jax.eval_shape(lambda *a: prefill.fn(*a, **prefill.kwargs), *prefill.args)
 

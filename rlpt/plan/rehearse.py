@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from rlpt.models import Model
 from rlpt.models.config import resolved_remat
 from rlpt.models.ops import compiling_for, resolved_ops
 from rlpt.parallel import axis_rules, make_mesh
@@ -25,6 +26,8 @@ from rlpt.plan.programs import (
     train_program,
     with_shardings,
 )
+from rlpt.plan.report import advice
+from rlpt.sampling import engine
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +161,6 @@ def decode_weights_of(params, cfg):
     """The weights the decode loop reads (`rlpt.sampling.engine.decode_weights`) for abstract sharded params. Off
     CPU they are the params themselves, cast once to the compute dtype when stored wider (the shardings are the
     params'); the CPU-only feature-major layout is not planned (cpu:N targets plan the plain params)."""
-    from rlpt.models import Model
-    from rlpt.sampling import engine
 
     if resolved_ops(cfg) == "xla_cpu":
         return params
@@ -225,7 +226,6 @@ def rehearse(cfg) -> dict:
         "programs": programs,
         "wall_s": round(time.time() - t0, 1),
     }
-    from rlpt.plan.report import advice
 
     summary["advice"] = advice(cfg, summary)
     return summary

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from rlpt.config.schema import Config
 from rlpt.train.losses import token_logprobs
+from rlpt.train.source import base_model
 
 
 def sub_config(cfg: Config, *, steps: int, lr: float, out_dir: str, batch_size: int | None = None) -> Config:
@@ -20,11 +21,10 @@ def warm_start(cfg: Config):
     """The starting policy: SFT on a teacher with pref.sft_noise for pref.sft_steps (cfg.optim, cfg.data; run
     folder <out_dir>/sft, exported to <out_dir>/sft/hf for reuse as train.init_from), else train.init_from or
     a random init."""
-    from rlpt.train.source import base_model
 
     p = cfg.pref
     if p.sft_steps > 0:
-        from rlpt.train.sft import run as run_sft
+        from rlpt.train.sft import run as run_sft  # on use (start-up: orbax/tensorboard)
 
         sft_cfg = dataclasses.replace(
             cfg, stage="sft", data=dataclasses.replace(cfg.data, noise=p.sft_noise),

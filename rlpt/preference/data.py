@@ -10,6 +10,7 @@ import random
 import numpy as np
 
 from rlpt.rollout.format import completion_ids, prompt_ids
+from rlpt.tasks import get_domain
 from rlpt.train.data import DataError, jsonl_records
 from rlpt.train.packing import fit_width
 
@@ -183,7 +184,6 @@ def batch_indices(n: int, batch_size: int, step: int, seed: int) -> np.ndarray:
 
 def train_tasks(names: list[str], tiers: dict[str, list[int]], n: int, seed: int) -> list:
     """n train-split tasks spread round-robin over domains, seeds and tiers from `seed`."""
-    from rlpt.tasks import get_domain
 
     rng = random.Random(f"pref-tasks|{seed}")
     tasks = []

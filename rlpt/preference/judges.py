@@ -28,7 +28,7 @@ def run_judges(cfg: Config, tok, policy, out_dir: str):
         if name not in BUILDABLE:
             raise KeyError(f"reward {cfg.reward.name!r} uses judge_{name}, but no judge {name!r} is registered and "
                            f"only {list(BUILDABLE)} are built from the config; register it before the run")
-        from rlpt.preference.reward_model import RewardModel, train_reward_model
+        from rlpt.preference.reward_model import RewardModel, train_reward_model  # on use (start-up: orbax/tensorboard)
 
         if cfg.pref.rm_path:
             rm, rm_info = RewardModel.load(cfg.pref.rm_path), {"rm_path": cfg.pref.rm_path}

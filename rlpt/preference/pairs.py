@@ -7,9 +7,12 @@ import jax
 import numpy as np
 
 from rlpt.config.schema import Config, RolloutConfig
+from rlpt.eval.heldout import heldout_tasks
 from rlpt.parallel.distributed import gather_objects, local_replica
 from rlpt.preference.data import PrefPair, clean_pairs, read_pairs, train_tasks
 from rlpt.rollout.format import completion_ids, task_prompt
+from rlpt.rollout.single_turn import rollout
+from rlpt.tasks import get_domain
 
 SOURCES = ("verifier", "synthetic", "jsonl")
 CORRUPTIONS = ("swap", "perturb", "mixed")
@@ -50,7 +53,6 @@ def verifier_pairs(model, tok, tasks, *, samples: int, temperature: float, max_n
 
 def _chunk_pairs(model, tok, part, samples, temperature, max_new_tokens, max_prompt_len, seed, gold_fallback):
     """(pairs, counts, passed samples) of one chunk of tasks (`verifier_pairs`)."""
-    from rlpt.rollout.single_turn import rollout
 
     rcfg = RolloutConfig(prompts_per_step=len(part), group_size=samples, max_new_tokens=max_new_tokens,
                          temperature=temperature, max_prompt_len=max_prompt_len)
@@ -94,7 +96,6 @@ def synthetic_pairs(tok, tasks, *, corruption: str, seed: int, vision=None) -> t
     """Gold answer (chosen) against a corruption the domain's verifier rejects: `swap` takes another task's
     answer of the same domain and tier (what a noisy teacher writes), `perturb` changes one character. vision: a
     vision-language policy's VisionConfig (image tasks carry their pixels)."""
-    from rlpt.tasks import get_domain
 
     if corruption not in CORRUPTIONS:
         raise ValueError(f"pref.corruption={corruption!r}; expected one of {CORRUPTIONS}")
@@ -119,8 +120,7 @@ def synthetic_pairs(tok, tasks, *, corruption: str, seed: int, vision=None) -> t
 
 def split_tasks(cfg: Config, split: str) -> list:
     """Tasks for pairs: train seeds for "train"; eval seeds past the pass@1 eval tasks for "heldout"."""
-    from rlpt.eval.heldout import heldout_tasks
-    from rlpt.train.sft import domain_mixture
+    from rlpt.train.sft import domain_mixture  # on use (start-up: orbax/tensorboard)
 
     names, _, tiers = domain_mixture(cfg)
     p = cfg.pref

@@ -13,6 +13,8 @@ import numpy as np
 
 from rlpt.rewards.guard import normalise
 from rlpt.rewards.judges import prompt_text
+from rlpt.sampling import generate
+from rlpt.tasks import get_domain
 
 
 def new_stats() -> dict:
@@ -23,7 +25,6 @@ def new_stats() -> dict:
 
 def _verdicts(task, texts: list[str], stats: dict) -> list:
     """One Verdict per text (None where the verifier crashed, counted); exact repeats are verified once."""
-    from rlpt.tasks import get_domain
 
     domain, cache, out = get_domain(task.domain), {}, []
     for text in texts:
@@ -109,8 +110,7 @@ def generate_sft_data(model, tok, tasks, *, n: int = 8, out_path: str, judge=Non
     failed (by reason), prompts_with_kept, kept_verified, gen_s, select_s; generated = failed (empty + truncated)
     + rejected + duplicates + over_keep_top + kept. The file is written even when nothing is kept.
     """
-    from rlpt.rollout.format import prompt_ids, response_text
-    from rlpt.sampling import generate
+    from rlpt.rollout.format import prompt_ids, response_text  # on use (start-up: PIL)
 
     if n < 1 or batch_tasks < 1 or (keep_top is not None and keep_top < 1):
         raise ValueError(f"generate_sft_data needs n, batch_tasks, keep_top >= 1; got {n}, {batch_tasks}, {keep_top}")

@@ -5,6 +5,7 @@ A name `judge_<name>` resolves to the judge registered as <name> (rlpt.rewards.j
 from collections.abc import Callable
 
 from rlpt.rewards.guard import final_answer, reject_reason
+from rlpt.rewards.judges import JUDGE_PREFIX, JUDGES, judge_component
 
 COMPONENTS: dict[str, Callable] = {}
 
@@ -21,7 +22,6 @@ def register_component(name: str):
 
 def get_component(name: str) -> Callable:
     """The component registered as `name`, or the judge component for `judge_<name>`."""
-    from rlpt.rewards.judges import JUDGE_PREFIX, JUDGES, judge_component
 
     if name in COMPONENTS:
         return COMPONENTS[name]

@@ -7,6 +7,7 @@ import numpy as np
 
 from rlpt.models.tokenizer import response_text, user_turn_ids
 from rlpt.rewards.judges import JudgeScores, check_pairs, finish, new_counts
+from rlpt.sampling import generate
 from rlpt.sampling.methods import SamplingParams
 
 DEFAULT_RUBRIC = (
@@ -97,7 +98,6 @@ class GenerativeJudge:
                 for p, r in zip(prompts, responses)]
 
     def score(self, prompts, responses) -> JudgeScores:
-        from rlpt.sampling import generate
 
         prompts, responses = check_pairs(prompts, responses)
         ids = self.judge_prompts(prompts, responses)

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+import rlpt
+
 WORKERS = 2
 
 
@@ -85,7 +87,6 @@ class Worker:
     """One worker process and its pipes; used by one thread at a time."""
 
     def __init__(self):
-        import rlpt
 
         env = dict(os.environ)
         # The worker imports rlpt before it reads the caller's sys.path: make sure it can.

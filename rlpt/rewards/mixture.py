@@ -21,7 +21,7 @@ def _typed(table: dict, where: str) -> dict:
     """Component tables with RewardComponentConfig values (YAML-composed nested tables arrive as mappings)."""
     if all(not isinstance(c, Mapping) for c in table.values()):
         return dict(table)
-    from rlpt.config.tasks import RewardComponentConfig
+    from rlpt.config.tasks import RewardComponentConfig  # on use (start-up: jax)
 
     fields = {f.name for f in dataclasses.fields(RewardComponentConfig)}
     out = {}

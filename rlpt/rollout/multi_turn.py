@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from rlpt.fleet import current
+from rlpt.rewards.verdict import Verdict
 from rlpt.rollout.format import (
     expand_image_markers,
     observation_ids,
@@ -20,6 +22,7 @@ from rlpt.rollout.format import (
     response_text,
 )
 from rlpt.rollout.single_turn import Trajectories, prefix_cache
+from rlpt.sampling import continue_generation, generate
 from rlpt.sampling.methods import SamplingParams
 
 CODE_AGENT = "rlpt/CodeAgent-v0"
@@ -123,13 +126,11 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     (default: `default_env`). Rewards are the environments' (a cut or crashed episode scores 0). row_offset: the
     global id of the first episode (a process's share of a step, `rlpt.sampling.generate`): it seeds the
     environments and the sampler's rows as in one process."""
-    from rlpt.sampling import continue_generation, generate
 
     G, N = rcfg.group_size, rcfg.max_new_tokens
     if max_turns < 1:
         raise ValueError(f"max_turns={max_turns}; expected >= 1")
     if make_env is None:
-        from rlpt.fleet import current
 
         env_kwargs = dict(time_limit_s=rcfg.episode_timeout_s, obs_budget=observation_budget(tok, rcfg),
                           count_tokens=lambda s: len(tok.encode(s)))
@@ -262,7 +263,6 @@ def _same_observation(a, b) -> bool:
 def episode_verdict(ep: Episode):
     """The episode's outcome as a Verdict for the reward mixture: the environment's final verdict (process
     credit = the outcome where the env reports none); an episode cut or crashed before one scores 0."""
-    from rlpt.rewards.verdict import Verdict
 
     if ep.status not in ("done", "turn_limit"):
         return Verdict(0.0, False, {"error": ep.status, "process": 0.0})

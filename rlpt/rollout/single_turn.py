@@ -4,7 +4,9 @@ import time
 
 import numpy as np
 
+from rlpt.fleet import VerifyItem, current
 from rlpt.rollout.format import batch_prompts, fit_width, policy_vision, response_text, sampler_images
+from rlpt.sampling import PrefixCache, generate, generate_refill
 from rlpt.sampling.methods import SamplingParams
 
 
@@ -83,7 +85,6 @@ def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
     """(rewards, passed, texts, verdicts, policy texts) per sample, verified by the current fleet (rlpt.fleet:
     this process unless the run set fleet=ray); a crashing verifier scores 0 (a Verdict with the error in details)
     and the run goes on."""
-    from rlpt.fleet import VerifyItem, current
 
     fleet = current()
     batch = fleet.new_batch()
@@ -101,7 +102,6 @@ def verify_all(tok, tasks, group_size, response, lengths, reward_fn=None):
 
 def prefix_cache(rcfg):
     """The step's `PrefixCache` (rl.rollout.prefix_cache_min_tokens > 0), else None."""
-    from rlpt.sampling import PrefixCache
 
     if rcfg.prefix_cache_min_tokens and rcfg.refill:
         raise ValueError("rl.rollout.prefix_cache_min_tokens > 0 does not combine with rl.rollout.refill=true "
@@ -114,7 +114,6 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     reward mixture replaces them: rlpt.pipeline.producer.mix_rewards); reward_fn(task, text, score) -> float
     sets them instead, as the one component 'reward_fn', and no mixture is applied. row_offset: the global id of
     the first row (a process's share of a step: rows draw as in one process, `rlpt.sampling.generate`)."""
-    from rlpt.sampling import generate
 
     vision = policy_vision(model)  # a VisionLanguageModel: image tasks carry their pixels
     prompts, pixels, ok = batch_prompts(tok, tasks, vision)
@@ -131,7 +130,6 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     quant = dict(quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
     prefix = prefix_cache(rcfg)
     if rcfg.refill:
-        from rlpt.sampling import generate_refill
 
         slots = rcfg.refill_slots or max(1, len(prompts) * rcfg.group_size // 2)
         out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling, **quant)

@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from rlpt.models.quant import check_quant, is_int8_kv
+from rlpt.models.vision import VisionLanguageModel
 from rlpt.sampling import engine
 from rlpt.sampling.methods import make_methods, resolve_sampling
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
@@ -202,7 +203,6 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
 
 def _vision_inputs(model, prompts, images, prefix_cache):
     """(the decoder to sample from, embed_fn(tokens, lengths) -> prefill embeddings or None) for `generate`."""
-    from rlpt.models.vision import VisionLanguageModel
 
     if not isinstance(model, VisionLanguageModel):
         if images is not None:
@@ -265,7 +265,6 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     runs on these only: earlier turns' images stay in the cache.
     """
     temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
-    from rlpt.models.vision import VisionLanguageModel
 
     vlm = model if isinstance(model, VisionLanguageModel) else None
     if vlm is not None:

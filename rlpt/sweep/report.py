@@ -92,7 +92,7 @@ def write_csv(table: list[dict], path: str) -> None:
 
 def plot_bars(table: list[dict], metrics: list[str], folder: str) -> list[str]:
     """bar_<metric>.png: each configuration's mean with its bootstrap interval as the error bar."""
-    from rlpt.config.cli import slug
+    from rlpt.config.cli import slug  # on use (start-up: jax)
     names = []
     for m in metrics:
         rows = [r for r in table if r[f"{m}.n"]]
@@ -129,7 +129,7 @@ def smoothing_window(n_steps: int) -> int:
 def plot_curves(sweep: Sweep, folder: str, curve_metrics=None) -> list[str]:
     """curve_<log>_<metric>.png per metrics log and curve metric: per configuration the mean over its ok seeds
     at each step, with the seeds' min-max band; past 100 steps both are trailing moving means (smoothing_window)."""
-    from rlpt.config.cli import slug
+    from rlpt.config.cli import slug  # on use (start-up: jax)
 
     names = []
     configs = [(c, [j.metrics() for j in c.status("ok")]) for c in sweep.configs()]

@@ -8,14 +8,14 @@ import hydra
 from omegaconf import OmegaConf
 
 from rlpt.config.cli import CONF_DIR, TasksCliConfig, compose, fail, register_cli_configs, translate_argv
-from rlpt.tasks.registry import get_domain, list_domains
+from rlpt.tasks.base import EVAL_SEED_START
+from rlpt.tasks.registry import get_domain, list_domains, resolve
 
 register_cli_configs()
 _FLAGS = {"--tier": "tier", "--n": "n", "--seed": "seed", "--split": "split"}
 
 
 def _list(pattern: str) -> None:
-    from rlpt.tasks.registry import resolve
 
     names = resolve([pattern]) if pattern else list_domains()
     width = max(len(n) for n in names)
@@ -28,7 +28,6 @@ def _list(pattern: str) -> None:
 
 
 def _sample(name: str, tier: int, n: int, seed: int, split: str) -> None:
-    from rlpt.tasks.base import EVAL_SEED_START
 
     domain = get_domain(name)
     base = seed + (EVAL_SEED_START if split == "eval" else 0)

@@ -20,6 +20,7 @@ import re
 
 from rlpt.rewards.verdict import Verdict
 from rlpt.tasks.base import Domain, Task, split_of_prompt, split_of_seed
+from rlpt.tasks.registry import get_domain, list_domains, register
 from rlpt.tasks.spec import SpecError, check_spec, judge_names, parse_spec
 
 PREFIX = "file/"
@@ -211,7 +212,6 @@ def register_file(path: str) -> str:
     Loading the same unchanged file again returns the registered domain. A different file with the same stem,
     or this file changed since it was registered, raises: domain names are what checkpoints and logs record.
     """
-    from rlpt.tasks.registry import get_domain, list_domains, register
 
     dom = file_domain(path)
     if dom.name not in list_domains():
@@ -243,7 +243,7 @@ def file_sources(data_cfg) -> list[tuple[str, float]]:
 def demonstrations(path: str, tok) -> list[tuple[list[int], list[int], int]]:
     """SFT examples (ids, completion mask, tier) from the train-split rows of an RL prompt file that have an
     'answer' (eval-split rows stay held out); raises when none has one."""
-    from rlpt.rollout.format import completion_ids, prompt_ids
+    from rlpt.rollout.format import completion_ids, prompt_ids  # on use (start-up: PIL)
 
     rows = load_rows(path)
     out = []
@@ -261,7 +261,6 @@ def demonstrations(path: str, tok) -> list[tuple[list[int], list[int], int]]:
 def require_answers(names) -> None:
     """Raise unless every train-split row of the file domains among `names` has an 'answer' (SFT on tasks
     uses the gold answer as the completion)."""
-    from rlpt.tasks.registry import get_domain
 
     for name in names:
         dom = get_domain(name)
@@ -278,7 +277,6 @@ def require_answers(names) -> None:
 def needed_judges(names) -> list[str]:
     """Judge names the verifier specs of the file domains among `names` score with, in first-seen order: each
     must be registered (rlpt.rewards.register_judge) before the run, or its rows score 0 with the error logged."""
-    from rlpt.tasks.registry import get_domain
 
     found = [j for n in names if isinstance(get_domain(n), FileDomain) for j in get_domain(n).judges()]
     return list(dict.fromkeys(found))
@@ -287,8 +285,7 @@ def needed_judges(names) -> list[str]:
 def check_prompt_lengths(names, tok, limit: int) -> None:
     """Raise naming file:line of the longest prompt of any file domain among `names` that renders (chat
     template included, rlpt.rollout.format.prompt_ids) to more than `limit` tokens (rl.rollout.max_prompt_len)."""
-    from rlpt.rollout.format import prompt_ids
-    from rlpt.tasks.registry import get_domain
+    from rlpt.rollout.format import prompt_ids  # on use (start-up: PIL)
 
     for name in names:
         dom = get_domain(name)

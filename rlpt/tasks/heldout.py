@@ -2,11 +2,12 @@
 import numpy as np
 
 from rlpt.rollout.format import batch_prompts, policy_vision, response_text, sampler_images
+from rlpt.sampling import generate
+from rlpt.tasks import EVAL_SEED_START, get_domain
 
 
 def heldout_tasks(domains: list[str], tiers: dict[str, list[int]], per_domain: int, offset: int = 0):
     """Eval-split tasks (seeds from EVAL_SEED_START), spread evenly over each domain's tiers."""
-    from rlpt.tasks import EVAL_SEED_START, get_domain
 
     tasks = []
     for name in domains:
@@ -34,8 +35,6 @@ def evaluate(model, tok, tasks, *, max_new_tokens: int = 16, batch_size: int = 1
     returns {"pass1", "per_domain", "per_family", "n"}. sampler: a function with `rlpt.sampling.generate`'s
     signature (default: that), e.g. `functools.partial(speculative_generate, target, draft)` with model=None;
     sampler_kwargs go to it (e.g. quant="int8")."""
-    from rlpt.sampling import generate
-    from rlpt.tasks import get_domain
 
     sampler = generate if sampler is None else sampler
     run = sampler if model is None else (lambda *a, **kw: sampler(model, *a, **kw))

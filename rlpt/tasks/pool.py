@@ -15,6 +15,7 @@ import random
 import sys
 from pathlib import Path
 
+from rlpt.tasks import base, rgym_fixes
 from rlpt.tasks.base import EVAL_SEED_START, Task, task_id
 from rlpt.tasks.registry import get_domain
 
@@ -87,7 +88,6 @@ def default_dir() -> Path:
 def fingerprint(domain: str) -> str:
     """Hash of what a domain's tasks depend on: Python, the generator's source, the library version. A pool
     file written under another fingerprint is never read, so an edited generator cannot serve stale tasks."""
-    from rlpt.tasks import base
 
     d = get_domain(domain)
     parts = [sys.version.split()[0], domain, repr(d.tiers), d.description, d.source]
@@ -95,7 +95,6 @@ def fingerprint(domain: str) -> str:
     if domain.startswith("rg/"):
         import reasoning_gym
 
-        from rlpt.tasks import rgym_fixes
 
         parts.append(reasoning_gym.__version__)
         modules.add(rgym_fixes)

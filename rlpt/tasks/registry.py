@@ -2,6 +2,7 @@
 
 import fnmatch
 
+from rlpt.tasks import native, rgym
 from rlpt.tasks.base import Domain
 
 _DOMAINS: dict[str, Domain] = {}
@@ -29,7 +30,6 @@ def _load() -> None:
     if _LOADED:
         return
     _LOADED = True
-    from rlpt.tasks import native, rgym
 
     native.register_all(register)
     rgym.register_all(register)

@@ -106,7 +106,7 @@ def _dataset(name: str, level: int | None):
     import reasoning_gym  # noqa: F401  (registers the generators)
     from reasoning_gym.factory import DATASETS, create_curriculum
 
-    from rlpt.tasks.rgym_fixes import REPLACEMENTS
+    from rlpt.tasks.rgym_fixes import REPLACEMENTS  # on use (start-up: reasoning_gym/PIL)
 
     cls, config_cls = DATASETS[name]
     cls = REPLACEMENTS.get(name, cls)
@@ -194,7 +194,7 @@ class IndexedDomain(Domain):
 
 
 def _make_fns(name: str, tier_levels: dict):
-    from rlpt.tasks.rgym_fixes import ITEM_FILTERS
+    from rlpt.tasks.rgym_fixes import ITEM_FILTERS  # on use (start-up: reasoning_gym/PIL)
 
     reject = ITEM_FILTERS.get(name)
 
@@ -243,7 +243,7 @@ def _gold(item: dict) -> str | None:
 
 
 def _score(name: str, level, answer: str, entry: dict) -> tuple[float, str | None]:
-    from rlpt.tasks.rgym_fixes import ANSWER_FORMATS, STRICT_SCORES
+    from rlpt.tasks.rgym_fixes import ANSWER_FORMATS, STRICT_SCORES  # on use (start-up: reasoning_gym/PIL)
 
     if name in ANSWER_FORMATS and not ANSWER_FORMATS[name].fullmatch(answer):
         return 0.0, "answer is not in the format the question asks for"

@@ -14,9 +14,12 @@ import re
 import types
 from fractions import Fraction
 
+from rlpt.envs.sandbox import check_python
 from rlpt.envs.sandbox.pyparse import parse as parse_python
 from rlpt.rewards import mathcheck  # noqa: F401  (registers the 'symbolic' verifier the math spec uses)
 from rlpt.rewards.guard import final_answer
+from rlpt.rewards.isolated import run_isolated
+from rlpt.rewards.judges import get_judge, prompt_text
 from rlpt.rewards.verdict import Verdict
 from rlpt.rewards.verifiers import VERIFIERS, parse_number
 
@@ -247,7 +250,6 @@ def regex_fullmatch(pattern: str, flags: str, text: str) -> bool:
 
 
 def _check_regex(spec, response, prompt):
-    from rlpt.rewards.isolated import run_isolated
 
     got = final_answer(response)
     if got is None:
@@ -299,8 +301,7 @@ def _check_json(spec, response, prompt):
 
 def _check_python(spec, response, prompt):
     # As the code domains do it (rlpt.tasks.native.code.python_tests): static checks, then the sandbox.
-    from rlpt.envs.sandbox import check_python
-    from rlpt.tasks.native.code import extract_program, static_reason
+    from rlpt.tasks.native.code import extract_program, static_reason  # on use (start-up: PIL)
 
     program = extract_program(response)
     reason = static_reason(program, spec["entry"])
@@ -311,7 +312,6 @@ def _check_python(spec, response, prompt):
 
 
 def _check_judge(spec, response, prompt):
-    from rlpt.rewards.judges import get_judge, prompt_text
 
     # Resolved by name now, not at load: judges are built or registered when a run starts. An unregistered
     # name raises KeyError naming the registered ones (Domain.verify scores it 0 and logs the error).

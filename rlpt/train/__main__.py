@@ -15,6 +15,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from rlpt.config.schema import CONF_DIR, register_configs
+from rlpt.config.validate import validate
+from rlpt.parallel.distributed import DistributedError, console_note, peer_failure
+from rlpt.train.source import check_checkpoint_source
+from rlpt.train.stages import run_stage
 
 register_configs()
 _SNAPSHOT = None  # the run folder as it was before Hydra wrote into it (set by the preflight)
@@ -29,13 +33,15 @@ def fail(message: str, status: int):
 def main(dcfg) -> None:
     from hydra.types import RunMode
 
-    from rlpt.config.validate import validate
-    from rlpt.parallel.distributed import DistributedError, console_note, peer_failure
-    from rlpt.train.checkpoint import CheckpointWriteError
-    from rlpt.train.data import DataError
-    from rlpt.train.preflight import HYDRA_ENTRIES, REFUSALS, check_run_folder, explicit_out_dir, record_failure
-    from rlpt.train.source import check_checkpoint_source
-    from rlpt.train.stages import run_stage
+    from rlpt.train.checkpoint import CheckpointWriteError  # on use (start-up: orbax)
+    from rlpt.train.data import DataError  # on use (start-up: PIL)
+    from rlpt.train.preflight import (  # on use (start-up: orbax)
+        HYDRA_ENTRIES,
+        REFUSALS,
+        check_run_folder,
+        explicit_out_dir,
+        record_failure,
+    )
 
     for noisy in ("absl", "jax"):  # Hydra sets the root logger to INFO; JAX's cache logs every reset there
         logging.getLogger(noisy).setLevel(logging.WARNING)

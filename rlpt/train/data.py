@@ -13,6 +13,7 @@ import numpy as np
 from rlpt.config.schema import DataConfig, SourceConfig
 from rlpt.parallel.distributed import HostLocal, gather_objects
 from rlpt.rollout.format import completion_ids, prompt_ids, task_prompt
+from rlpt.tasks import get_domain
 from rlpt.train.packing import first_fit_decreasing, pack_rows, shift_example
 
 
@@ -98,7 +99,6 @@ class TaskSource:
         raise DataError(f"100 draws in a row for SFT example {j} had corrupt or unsupported images")
 
     def _example(self, j: int, attempt: int):
-        from rlpt.tasks import get_domain
 
         r = _rng(self.seed, 7, j) if attempt == 0 else _rng(self.seed, 7, j, attempt)
         name = r.choices(self.domains, weights=self.weights)[0]
@@ -142,7 +142,7 @@ class SFTData:
                 if src.kind == "jsonl":
                     rows = read_jsonl(src.path, tok)
                 else:  # an RL prompt file: its answered train-split rows are the demonstrations
-                    from rlpt.tasks.files import demonstrations
+                    from rlpt.tasks.files import demonstrations  # on use (start-up: gymnasium)
 
                     rows = demonstrations(src.path, tok)
                 if cfg.easy_to_hard:
@@ -152,7 +152,7 @@ class SFTData:
                 if not domains:
                     raise ValueError(f"data.sources.{name}: kind 'tasks' needs a non-empty domain mixture")
                 names, weights, tiers = domains
-                from rlpt.tasks.files import require_answers
+                from rlpt.tasks.files import require_answers  # on use (start-up: gymnasium)
 
                 require_answers(names)  # RL prompt files in the mixture: every train row needs a gold answer
                 self.sources[name] = TaskSource(tok, names, np.asarray(weights) / np.sum(weights), tiers, seed,

@@ -27,6 +27,7 @@ from rlpt.parallel import (
     maybe_initialize_distributed,
     named_sharding,
 )
+from rlpt.runtime import compile_stats
 from rlpt.train.checkpoint import Checkpointer
 from rlpt.train.lora import init_lora, lora_axes, lora_params, vlm_frozen, vlm_join, vlm_parts, vlm_parts_axes
 from rlpt.train.optim import make_optimizer, make_schedule
@@ -283,7 +284,6 @@ def finish_run(summary: dict, out_dir: str, **objects) -> dict:
     """The end of a stage: `<out_dir>/summary.json` (written atomically; what sweeps and `rlpt.run` read), the
     table and JSON line on stdout (process 0), and the summary returned with `objects` (the final model, its
     tokenizer, history, ...) added for Python callers."""
-    from rlpt.runtime import compile_stats
 
     summary = summary | compile_stats() | {"process_count": jax.process_count()}
     if jax.process_index() == 0:

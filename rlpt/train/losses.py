@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 
+from rlpt.algos import get_aggregation, get_kl, get_policy_loss, rollout_correction
 from rlpt.kernels.layouts import layout_permutation, layout_positions
 from rlpt.models.transformer import forward, hidden_states, hidden_states_shared_prefix
 from rlpt.models.vision import VLMConfig, row_embeddings
@@ -138,7 +139,6 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
     summed denominator of all micro-batches (whole-step normalisation); with "micro" each micro-batch is
     normalised on its own and the step averages them.
     """
-    from rlpt.algos import get_aggregation, get_kl, get_policy_loss, rollout_correction
 
     policy_loss = get_policy_loss(algo_cfg.policy_loss)
     aggregation = get_aggregation(algo_cfg.aggregation)

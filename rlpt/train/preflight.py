@@ -11,8 +11,11 @@ import os
 import shutil
 import traceback
 
+from rlpt.config.schema import compose, compose_dict
 from rlpt.config.validate import ConfigError, validate
+from rlpt.parallel.distributed import maybe_initialize_distributed
 from rlpt.train.checkpoint import Checkpointer, IncompatibleCheckpoint, RunFolderError, fingerprint
+from rlpt.train.source import model_config
 
 # What Hydra and the CLI write into the run folder before a stage starts.
 HYDRA_ENTRIES = ("hydra", "config.yaml", "__main__.log")
@@ -41,7 +44,6 @@ def model_fields(model_cfg) -> dict:
 
 
 def _sft_model_config(cfg):
-    from rlpt.train.source import model_config
 
     return model_config(cfg)
 
@@ -64,7 +66,6 @@ def check_run_folder(cfg, ignore: tuple[str, ...] = ()) -> None:
         return
     ckpt_dir = os.path.join(out, "checkpoints")
     if cfg.stage == "sft" and cfg.train.ckpt_every > 0 and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
-        from rlpt.parallel.distributed import maybe_initialize_distributed
 
         maybe_initialize_distributed(cfg.mesh)  # Orbax starts JAX's backend; several processes must connect first
         Checkpointer(ckpt_dir, every=cfg.train.ckpt_every, keep=cfg.train.keep, async_save=False,
@@ -97,7 +98,6 @@ def preflight(argv: list[str]):
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from rlpt.config.schema import compose
 
     parsed = plain_run_args(argv)
     if parsed is None:
@@ -177,7 +177,6 @@ def _sweeper_params(overrides: list[str], name: str) -> dict[str, str]:
     """hydra.sweeper.params of the composed config (what a `sweep=<grid>` config sets), as key -> value string."""
     from omegaconf import OmegaConf
 
-    from rlpt.config.schema import compose_dict
 
     params = compose_dict(overrides, name, return_hydra_config=True).hydra.sweeper.params  # None without a grid
     params = OmegaConf.to_container(params) if params is not None else {}
@@ -191,7 +190,6 @@ def check_sweep(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from rlpt.config.schema import compose
 
     jobs = sweep_jobs(argv)
     if jobs is None:

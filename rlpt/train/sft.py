@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from rlpt.config.schema import Config
+from rlpt.tasks.heldout import evaluate, heldout_tasks
 from rlpt.tasks.mixture import domain_mixture  # noqa: F401  (re-exported: rlpt.train.sft.domain_mixture)
 from rlpt.train.data import HostData
 from rlpt.train.loop import (
@@ -49,7 +50,6 @@ def run(cfg: Config, *, print_result: bool = True) -> dict:
     def run_eval(tag):
         if mixture is None or cfg.train.eval_every <= 0:
             return None
-        from rlpt.tasks.heldout import evaluate, heldout_tasks
 
         names, _, tiers = mixture
         tasks = heldout_tasks(names, tiers, max(1, cfg.train.eval_samples // len(names)), cfg.domains.eval_offset)

@@ -17,11 +17,11 @@ from rlpt.config.source import (  # noqa: F401  (re-exported: rlpt.train.source.
     run_tokenizer,
     runtime_overrides,
 )
+from rlpt.models import init_model, load_pretrained
 
 
 def base_model(cfg, mesh=None):
     """The starting Model: the checkpoint's weights streamed onto the mesh's shardings, or a fresh init."""
-    from rlpt.models import init_model, load_pretrained
 
     if cfg.train.init_from:
         return load_pretrained(cfg.train.init_from, mesh=mesh, **runtime_overrides(cfg.model))

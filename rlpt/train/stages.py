@@ -6,6 +6,8 @@ Stages are named by module path and imported on use, so `python -m rlpt.train` l
 import importlib
 from collections.abc import Callable
 
+from rlpt.runtime import setup
+
 STAGES: dict[str, str | Callable] = {
     "sft": "rlpt.train.sft",
     "quickstart": "rlpt.pipeline.quickstart",
@@ -26,15 +28,14 @@ def register_stage(name: str):
 
 
 def run_stage(cfg):
-    from rlpt.config.validate import validate
-    from rlpt.train.source import check_checkpoint_source
+    from rlpt.config.validate import validate  # on use (start-up: jax)
+    from rlpt.train.source import check_checkpoint_source  # on use (start-up: jax)
 
     validate(cfg)  # configs built or edited in code get the same range checks as composed ones
     check_checkpoint_source(cfg)  # a train.init_from checkpoint defines the architecture and tokenizer
     if cfg.stage not in STAGES:
         raise ValueError(f"stage={cfg.stage!r}; known stages: {sorted(STAGES)}")
-    from rlpt.parallel import check_same_config, log_to_file, maybe_initialize_distributed
-    from rlpt.runtime import setup
+    from rlpt.parallel import check_same_config, log_to_file, maybe_initialize_distributed  # on use (start-up: jax)
 
     maybe_initialize_distributed(cfg.mesh)  # before anything touches a JAX backend
     check_same_config(cfg)  # several processes: the same config everywhere, or all stop naming the key

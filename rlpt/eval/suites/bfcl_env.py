@@ -1,5 +1,6 @@
 """BFCL through the tool-use environment (envs/bfcl_env.py): the reply's <tool_call> blocks are stepped through
 rlpt/Bfcl-v0, which schema-checks and records them; the score is BFCL's AST check of the recorded calls."""
+from rlpt.envs.toolcall import format_tool_call
 from rlpt.eval.suites.base import LoadArgs, Suite, register_suite, take
 from rlpt.rewards.verdict import Verdict
 from rlpt.tasks import Task
@@ -15,8 +16,7 @@ def _load(args: LoadArgs) -> list[Task]:
 
 def run_episode(task: Task, reply: str) -> tuple[float, dict]:
     """(reward, info) of one episode: `reply` is the first action; `final_answer` follows if still running."""
-    from rlpt.envs.bfcl_env import END_TOOL, BfclEnv
-    from rlpt.envs.toolcall import format_tool_call
+    from rlpt.envs.bfcl_env import END_TOOL, BfclEnv  # on use (start-up: jsonschema)
 
     env = BfclEnv(max_steps=MAX_STEPS)
     env.reset(options={"task": task})

@@ -20,7 +20,7 @@ def _load(args: LoadArgs) -> list[Task]:
 def program_of(task: Task, response: str) -> str | None:
     """The program to run: the response's code if it defines the entry point, else the prompt followed by the
     response (HumanEval's completion convention: the policy continues the function body)."""
-    from rlpt.tasks.native.code import extract_program, static_reason
+    from rlpt.tasks.native.code import extract_program, static_reason  # on use (start-up: PIL)
 
     program = extract_program(response)
     if program is None or not program.strip():
@@ -31,7 +31,7 @@ def program_of(task: Task, response: str) -> str | None:
 
 
 def _check(task: Task, response: str) -> Verdict:
-    from rlpt.tasks.native.code import static_reason
+    from rlpt.tasks.native.code import static_reason  # on use (start-up: PIL)
 
     program = program_of(task, response)
     reason = static_reason(program, task.meta["entry_point"])

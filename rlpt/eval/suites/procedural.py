@@ -7,9 +7,12 @@ suite=domains:<p1>,<p2>   domain names or globs ('arith/*'), all of each domain'
 """
 import os
 
+from rlpt.config import compose
+from rlpt.config.tasks import DomainsConfig
 from rlpt.eval.suites.base import LoadArgs, Suite, take
 from rlpt.rewards.verdict import Verdict
-from rlpt.tasks import Task
+from rlpt.tasks import Task, get_domain, resolve
+from rlpt.tasks.mixture import domain_mixture
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "experiments", "conf")
 DEFAULT_PER_DOMAIN = 50
@@ -26,14 +29,12 @@ def group_config(name: str):
     the default experiment preset override its domains)."""
     from omegaconf import OmegaConf
 
-    from rlpt.config.tasks import DomainsConfig
 
     path = os.path.join(CONF_DIR, "domains", f"{name}.yaml")
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DomainsConfig), OmegaConf.load(path)))
 
 
 def _check(task: Task, response: str) -> Verdict:
-    from rlpt.tasks import get_domain
 
     return get_domain(task.domain).verify(task, response)
 
@@ -41,7 +42,7 @@ def _check(task: Task, response: str) -> Verdict:
 def _suite(name: str, names: list[str], tiers: dict[str, list[int]], per_domain: int, offset: int,
            max_new: int, source: str) -> Suite:
     def load(args: LoadArgs) -> list[Task]:
-        from rlpt.eval.heldout import heldout_tasks
+        from rlpt.eval.heldout import heldout_tasks  # on use (start-up: PIL)
 
         return take(heldout_tasks(names, tiers, args.per_domain or per_domain, offset), args.limit)
 
@@ -50,7 +51,6 @@ def _suite(name: str, names: list[str], tiers: dict[str, list[int]], per_domain:
 
 
 def _tiers(names: list[str], only: list[int]) -> dict[str, list[int]]:
-    from rlpt.tasks import get_domain
 
     out = {}
     for n in names:
@@ -63,11 +63,8 @@ def _tiers(names: list[str], only: list[int]) -> dict[str, list[int]]:
 
 def procedural_suite(name: str) -> Suite | None:
     """The procedural suite called `name`, or None when the name is not a procedural suite."""
-    from rlpt.config import compose
-    from rlpt.tasks import resolve
 
     if name in EXPERIMENT_SUITES:
-        from rlpt.tasks.mixture import domain_mixture
 
         cfg = compose([f"experiment={name}"])
         names, _, tiers = domain_mixture(cfg)
