@@ -10,12 +10,12 @@ SAME = ("reward_mean", "response_len", "tokens_generated", "loss")
 
 
 def test_refill_run_equals_plain_run(tmp_path, monkeypatch):
-    import rlpt.sampling
     from rlpt.models import builtin_tokenizer, init_model
     from rlpt.pipeline.rl import run_rl
+    from rlpt.rollout import single_turn
 
-    calls, refill_fn = [], rlpt.sampling.generate_refill
-    monkeypatch.setattr(rlpt.sampling, "generate_refill",
+    calls, refill_fn = [], single_turn.generate_refill
+    monkeypatch.setattr(single_turn, "generate_refill",
                         lambda *a, **kw: calls.append(kw["slots"]) or refill_fn(*a, **kw))
     hist = {}
     for refill in ("false", "true"):

@@ -224,7 +224,6 @@ class _Stop(Exception):
 
 
 def test_rollout_settings_compose_and_reach_the_sampler(monkeypatch):
-    import rlpt.sampling
     from rlpt.config import compose
     from rlpt.config.validate import ConfigError
     from rlpt.models import builtin_tokenizer
@@ -241,14 +240,16 @@ def test_rollout_settings_compose_and_reach_the_sampler(monkeypatch):
         seen.append({k: kw.get(k) for k in ("quant", "quant_group", "kv_cache_dtype")})
         raise _Stop
 
-    monkeypatch.setattr(rlpt.sampling, "generate", spy)
+    # the rollouts' own references (module-top imports): patching rlpt.sampling's would not reach them
+    monkeypatch.setattr(single_turn, "generate", spy)
+    monkeypatch.setattr(multi_turn, "generate", spy)
     tok = builtin_tokenizer()
     with pytest.raises(_Stop):
         single_turn.rollout(None, tok, [_Task()], rcfg, seed=0, version=0)
     with pytest.raises(_Stop):
         multi_turn.rollout(None, tok, [_Task()], dataclasses.replace(rcfg, group_size=1), seed=0, version=0,
                            max_turns=2, make_env=lambda task: _Env())
-    monkeypatch.setattr(rlpt.sampling, "generate_refill", spy)
+    monkeypatch.setattr(single_turn, "generate_refill", spy)
     with pytest.raises(_Stop):
         single_turn.rollout(None, tok, [_Task()], dataclasses.replace(rcfg, refill=True), seed=0, version=0)
     assert seen == [{"quant": "int4", "quant_group": 32, "kv_cache_dtype": "int8"}] * 3
