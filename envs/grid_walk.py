@@ -43,7 +43,6 @@ class GridWalkEnv(gym.Env):
         super().reset(seed=seed)
         task = (options or {}).get("task")
         if task is None:
-
             task = get_domain("vision/grid_walk").generate(int(self.np_random.integers(0, 2**29)), 1)
         q = task.meta["query"]
         self.n, self.pos, self.goal, self.steps = q["n"], tuple(q["start"]), tuple(q["goal"]), 0

@@ -28,7 +28,6 @@ class WorkspaceEnv(ToolEnv):
     @property
     def checker(self):
         if self._checker is None:
-
             self._checker = default_checker()
         return self._checker
 

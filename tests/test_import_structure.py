@@ -5,6 +5,8 @@ list pairs still to untangle (it is empty): the test fails on a new pair, and on
 import ast
 import os
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KNOWN_CYCLES = set()
 
@@ -109,3 +111,25 @@ def test_function_local_imports_say_why():
                     silent.append(f"{path}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     assert not silent, "function-local imports without a reason (move them to the top):\n" + "\n".join(
         sorted(set(silent)))
+
+
+# Files that are not modules of the package: the sandbox's grader runs as a standalone script inside the sandbox.
+STANDALONE = {"rlpt.envs.sandbox.grader", "rlpt.envs.sandbox.grader_server"}
+
+
+@pytest.mark.slow
+def test_every_module_imports_alone_in_a_fresh_process():
+    """A module-top import can make an import cycle that only an import order starting at one module shows: each
+    module is imported alone, in its own process (a few minutes on 2 cores; run it after moving an import)."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    def error(mod: str) -> str | None:
+        r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True, cwd="/")
+        return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+
+    mods = sorted({mod for _, mod in _modules()} - STANDALONE)
+    with ThreadPoolExecutor(2) as pool:
+        failed = [f"{m}: {e}" for m, e in zip(mods, pool.map(error, mods), strict=True) if e]
+    assert not failed, "modules that do not import alone:\n" + "\n".join(failed)

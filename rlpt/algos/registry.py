@@ -65,10 +65,6 @@ class Registry(dict):
                                  f"there; its options: {known}")
         return cls(**kwargs)
 
-    def check_kwargs(self, name: str, kwargs: dict, key: str, supplied: tuple[str, ...] = ()) -> None:
-        """`options(...)` for its checks only."""
-        self.options(name, kwargs, key, supplied)
-
 
 def _expected(f: dataclasses.Field) -> tuple[type, ...] | None:
     """The types a value of option `f` may have: its annotation's, else its default's (None: any)."""

@@ -526,6 +526,5 @@ def compose(overrides: list[str] | tuple[str, ...] = (), config_name: str = "con
     cfg = OmegaConf.to_object(compose_dict(overrides, config_name))
     validate(cfg)
     if isinstance(cfg, Config):
-
         check_checkpoint_source(cfg, list(overrides))
     return cfg

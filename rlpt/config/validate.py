@@ -69,7 +69,6 @@ def choice(default: str, *choices: str) -> Any:
 
 
 def _external() -> dict[type, dict[str, Range]]:
-
     pos, nonneg, unit, finite = Range(ge=1), Range(ge=0), Range(ge=0, le=1), Range()
     return {
         ModelConfig: {"vocab_size": pos, "hidden_size": pos, "intermediate_size": pos, "num_layers": pos,

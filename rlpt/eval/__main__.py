@@ -57,7 +57,7 @@ def _compare(cfg: EvalConfig, a_path: str, b_path: str) -> dict:
     result = {}
     for metric in metrics:
         cmp = comparison.compare(a, b, metric=metric, level=cfg.level, resamples=cfg.resamples, seed=cfg.seed,
-                      min_drop=cfg.min_drop)
+                                 min_drop=cfg.min_drop)
         out = cfg.out or os.path.dirname(os.path.abspath(b_path if b_path.endswith(".json") else b_path + "/x"))
         comparison.write_comparison(cmp, os.path.join(out, f"compare_{metric.replace('@', '_at_')}"))
         print(comparison.markdown(cmp), flush=True)

@@ -114,7 +114,6 @@ def effective_context(grid: np.ndarray, lengths, threshold: float) -> int:
 
 
 def heatmap(grid: np.ndarray, lengths, depths, path: str, title: str) -> str:
-
     fig, ax = new_figure((1.2 + 0.9 * len(lengths), 1.2 + 0.6 * len(depths)))
     im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
     ax.set_xticks(range(len(lengths)), [f"{L // 1024}k" if L >= 1024 else str(L) for L in lengths])

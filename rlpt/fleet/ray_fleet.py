@@ -56,7 +56,6 @@ class VerifierWorker:
         self.domains.update(domains)
 
     def verify(self, chunk: list) -> list:
-
         return list(self.pool.map(lambda entry: (entry[0], *check(entry[2], entry[3], self.domains)), chunk))
 
 
@@ -131,7 +130,6 @@ class RayFleet(FleetBase):
         self._thread = threading.Thread(target=self._loop, daemon=True, name="rlpt-fleet-dispatch")
         self._thread.start()
         if cfg.envs:
-
             self.envs = EnvHosts(cfg.env_hosts)
 
     # --- workers -------------------------------------------------------------------------------------------
@@ -278,7 +276,6 @@ class RayFleet(FleetBase):
 
     def _send(self, w: _Worker, chunk: list[Item], now: float, is_copy: bool = False) -> None:
         for name in {it.domain for it in chunk} - w.builtin - w.installed:
-
             w.actor.install.remote({name: get_domain(name)})  # runs before the chunk: a sequential actor
             w.installed.add(name)
         payload = [(it.id, it.domain, *it.payload) for it in chunk]

@@ -101,7 +101,6 @@ def train_program(cfg, model_cfg: ModelConfig, mesh) -> Program:
     params = abstract_params(model_cfg, mesh)
     frozen_ref, steps = False, cfg.train.steps
     if stage == "sft":
-
         B, T = cfg.data.batch_size, cfg.data.seq_len
         arrays, loss = _rows(B, T), sft_loss
         flops = train_flops(model_cfg, B * T, B * T, attention_flops(model_cfg, B * T, T / 2))
@@ -149,7 +148,6 @@ def train_program(cfg, model_cfg: ModelConfig, mesh) -> Program:
     optimizer = make_optimizer(cfg.optim, steps)
     frozen, params_fn, trainable = ({"ref": params} if frozen_ref else {}), None, params
     if cfg.lora.rank > 0:
-
         frozen["base"] = params
         shapes = jax.eval_shape(lambda p: init_lora(p, cfg.lora, jax.random.key(0)), params)
         trainable = jax.tree.map(lambda names, s: sds(s.shape, s.dtype, named_sharding(mesh, names, s.shape)),

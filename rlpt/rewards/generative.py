@@ -98,7 +98,6 @@ class GenerativeJudge:
                 for p, r in zip(prompts, responses)]
 
     def score(self, prompts, responses) -> JudgeScores:
-
         prompts, responses = check_pairs(prompts, responses)
         ids = self.judge_prompts(prompts, responses)
         raw = np.full((len(ids),), np.nan)

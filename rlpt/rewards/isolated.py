@@ -87,7 +87,6 @@ class Worker:
     """One worker process and its pipes; used by one thread at a time."""
 
     def __init__(self):
-
         env = dict(os.environ)
         # The worker imports rlpt before it reads the caller's sys.path: make sure it can.
         root = os.path.dirname(os.path.dirname(os.path.abspath(rlpt.__file__)))

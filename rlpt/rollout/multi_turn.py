@@ -131,7 +131,6 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     if max_turns < 1:
         raise ValueError(f"max_turns={max_turns}; expected >= 1")
     if make_env is None:
-
         env_kwargs = dict(time_limit_s=rcfg.episode_timeout_s, obs_budget=observation_budget(tok, rcfg),
                           count_tokens=lambda s: len(tok.encode(s)))
         hosts = current().envs

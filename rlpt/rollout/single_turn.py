@@ -130,7 +130,6 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, reward_fn=None,
     quant = dict(quant=rcfg.quant, quant_group=rcfg.quant_group, kv_cache_dtype=rcfg.kv_cache_dtype)
     prefix = prefix_cache(rcfg)
     if rcfg.refill:
-
         slots = rcfg.refill_slots or max(1, len(prompts) * rcfg.group_size // 2)
         out = generate_refill(model, prompts, rcfg.max_new_tokens, slots=slots, **sampling, **quant)
     else:

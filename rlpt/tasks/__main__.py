@@ -16,7 +16,6 @@ _FLAGS = {"--tier": "tier", "--n": "n", "--seed": "seed", "--split": "split"}
 
 
 def _list(pattern: str) -> None:
-
     names = resolve([pattern]) if pattern else list_domains()
     width = max(len(n) for n in names)
     print(f"{'domain':<{width}}  tiers      verifier            source")
@@ -28,7 +27,6 @@ def _list(pattern: str) -> None:
 
 
 def _sample(name: str, tier: int, n: int, seed: int, split: str) -> None:
-
     domain = get_domain(name)
     base = seed + (EVAL_SEED_START if split == "eval" else 0)
     for s in range(base, base + n):

@@ -250,7 +250,6 @@ def regex_fullmatch(pattern: str, flags: str, text: str) -> bool:
 
 
 def _check_regex(spec, response, prompt):
-
     got = final_answer(response)
     if got is None:
         return _binary(False, "regex", got=None)

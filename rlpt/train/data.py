@@ -99,7 +99,6 @@ class TaskSource:
         raise DataError(f"100 draws in a row for SFT example {j} had corrupt or unsupported images")
 
     def _example(self, j: int, attempt: int):
-
         r = _rng(self.seed, 7, j) if attempt == 0 else _rng(self.seed, 7, j, attempt)
         name = r.choices(self.domains, weights=self.weights)[0]
         tiers = self.tiers[name]

@@ -44,7 +44,6 @@ def model_fields(model_cfg) -> dict:
 
 
 def _sft_model_config(cfg):
-
     return model_config(cfg)
 
 
@@ -66,7 +65,6 @@ def check_run_folder(cfg, ignore: tuple[str, ...] = ()) -> None:
         return
     ckpt_dir = os.path.join(out, "checkpoints")
     if cfg.stage == "sft" and cfg.train.ckpt_every > 0 and os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir):
-
         maybe_initialize_distributed(cfg.mesh)  # Orbax starts JAX's backend; several processes must connect first
         Checkpointer(ckpt_dir, every=cfg.train.ckpt_every, keep=cfg.train.keep, async_save=False,
                      fingerprint=run_fingerprint(_sft_model_config(cfg), cfg), seed=cfg.train.seed).manager.close()

@@ -35,7 +35,6 @@ def group_config(name: str):
 
 
 def _check(task: Task, response: str) -> Verdict:
-
     return get_domain(task.domain).verify(task, response)
 
 
@@ -51,7 +50,6 @@ def _suite(name: str, names: list[str], tiers: dict[str, list[int]], per_domain:
 
 
 def _tiers(names: list[str], only: list[int]) -> dict[str, list[int]]:
-
     out = {}
     for n in names:
         own = list(get_domain(n).tiers)
@@ -65,7 +63,6 @@ def procedural_suite(name: str) -> Suite | None:
     """The procedural suite called `name`, or None when the name is not a procedural suite."""
 
     if name in EXPERIMENT_SUITES:
-
         cfg = compose([f"experiment={name}"])
         names, _, tiers = domain_mixture(cfg)
         return _suite(name, names, tiers, cfg.rl.eval_per_domain, cfg.domains.eval_offset,
