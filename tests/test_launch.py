@@ -209,7 +209,7 @@ def test_launch_needs_a_command():
     ["experiment=agent_code_tiny", "rl.sft_steps=2", "rl.steps=2", "data.pool_size=8", "data.batch_size=2",
      "rl.eval_per_domain=2", "rl.rollout.prompts_per_step=2", "rl.rollout.group_size=2", "train.ckpt_every=2"],
     ["experiment=rm_tiny", "pref.sft_steps=2", "pref.steps=3", "pref.train_tasks=32", "pref.heldout_tasks=16"],
-    ["experiment=ppo_rlhf_tiny", "pref.sft_steps=2", "pref.rm_steps=2", "pref.ppo_steps=2", "pref.ppo_epochs=2",
+    ["experiment=ppo_rlhf_tiny", "pref.sft_steps=2", "pref.rm_steps=2", "rl.steps=2", "rl.ppo_epochs=2",
      "rl.rollout.prompts_per_step=4", "rl.rollout.group_size=2", "pref.eval_per_domain=4", "data.batch_size=8",
      "train.ckpt_every=2", "pref.train_tasks=32", "pref.heldout_tasks=16"],
 ], ids=["agent", "rm", "ppo_rlhf"])

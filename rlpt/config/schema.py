@@ -175,6 +175,19 @@ class ExecConfig:
 
 
 @dataclasses.dataclass
+class CriticConfig:
+    """PPO's value head, used when rl.algo.advantage=gae (the one estimator that needs values): a linear head on
+    the policy's hidden states, detached (its loss moves only the head), fitted to the GAE returns with the
+    clipped value loss (`rlpt.algos.value_loss`), added to the policy loss per token with weight vf_coef."""
+
+    vf_coef: float = num(0.5, ge=0)
+    value_clip: float = num(0.2, ge=0)  # 0: the plain squared error
+    # The head's own optimizer (own learning rate and global-norm clip, as OpenRLHF / verl's critic); 0: the
+    # policy's optimizer and clip
+    lr: float = num(0.0, ge=0)
+
+
+@dataclasses.dataclass
 class RolloutConfig:
     """Generation for RL: groups of `group_size` samples per task share one prefill."""
 
@@ -217,6 +230,7 @@ class RLConfig:
     algo: AlgoConfig = dataclasses.field(default_factory=AlgoConfig)
     exec: ExecConfig = dataclasses.field(default_factory=ExecConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    critic: CriticConfig = dataclasses.field(default_factory=CriticConfig)
     mode: str = choice("sync", "sync", "async")
     max_staleness: int = num(1, ge=0)
     # colocated: the sampler reads the trainer's weights on the same devices. split: each process gives its last
@@ -226,6 +240,9 @@ class RLConfig:
     sampler_devices: int = num(0, ge=0)
     steps: int = num(200, ge=0)
     lr: float = num(1e-4, gt=0)
+    # optimizer steps on each step's rollout batch (verl's ppo_epochs): the ratio's denominator and the value
+    # targets stay those of the policy that sampled it; checkpoints are named by optimizer step
+    ppo_epochs: int = num(1, ge=1)
     eval_every: int = num(0, ge=0)
     eval_per_domain: int = num(100, ge=1)
     sft_steps: int = num(0, ge=0)  # quickstart: SFT cold start before RL
@@ -335,24 +352,13 @@ class PrefConfig:
     rm_margin: float = num(0.0)  # Bradley-Terry margin: -log sigmoid(s_c - s_r - margin)
     rm_center_coef: float = num(0.0, ge=0)
     rm_path: str = ""  # ppo_rlhf: a saved RewardModel folder (empty: train one in the stage first)
-    ppo_steps: int = num(100, ge=0)  # 0: a no-update control (docs/preference.md)
-    ppo_lr: float = num(5.0e-5, gt=0)
-    ppo_epochs: int = num(1, ge=1)
-    # reward = rm_weight * RM score + verifier_weight * the reward mixture's reward (cfg.reward; the default
-    # reward=correctness is the verifier's score) - KL
+    # ppo_rlhf's reward = rm_weight * RM score + verifier_weight * the reward mixture's reward (cfg.reward; the
+    # default reward=correctness is the verifier's score); its RL settings (steps, lr, PPO clip, KL-in-reward,
+    # GAE, value head) are rl.* (stage=ppo_rlhf sets them: experiments/conf/stage/ppo_rlhf.yaml)
     rm_weight: float = num(1.0)
     verifier_weight: float = num(0.0)
-    kl_coef: float = num(0.05, ge=0)  # KL-in-reward to the frozen reference
-    kl_estimator: str = "k1"
     # ppo_rlhf RM score before mixing: batch (standardised per rollout batch) | none
     reward_norm: str = choice("batch", "batch", "none")
-    clip: float = num(0.2, gt=0)
-    vf_coef: float = num(0.5, ge=0)
-    # ppo_rlhf value head's own optimizer (own lr and grad clip); 0: shared with the policy
-    vf_lr: float = num(0.0, ge=0)
-    value_clip: float = num(0.2, gt=0)
-    gamma: float = num(1.0, ge=0, le=1)
-    lam: float = num(0.95, ge=0, le=1)
 
 
 @dataclasses.dataclass
@@ -482,9 +488,18 @@ class Config:
                     if on:
                         raise ConfigError(f"{key}=true does not combine with model.vision yet (stage={self.stage}); "
                                           f"set {key}=false")
+        if self.stage in RL_STAGES and self.rl.algo.advantage == "gae":  # the value head's trainer
+            if self.lora.rank > 0:
+                raise ConfigError(f"rl.algo.advantage=gae trains a value head with the full model; lora.rank="
+                                  f"{self.lora.rank} is not supported with it: set lora.rank=0 or another "
+                                  "rl.algo.advantage")
+            if self.model.vision is not None:
+                raise ConfigError("rl.algo.advantage=gae (a value head) does not combine with model.vision yet; "
+                                  "choose another rl.algo.advantage")
 
 
-RL_STAGES = ("rl", "quickstart", "agent")  # the stages that run rlpt.pipeline.rl.run_rl (read rl.algo, rl.rollout)
+# the stages that run rlpt.pipeline.rl.run_rl (read rl.algo, rl.rollout)
+RL_STAGES = ("rl", "quickstart", "agent", "ppo_rlhf")
 
 
 def register_configs() -> None:
@@ -507,12 +522,31 @@ def model_preset(name: str) -> ModelConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig()), OmegaConf.load(path)))
 
 
+# Keys that moved: an override of the old name fails naming the new one (Hydra alone says "Could not override").
+MOVED_KEYS = {  # PPO-RLHF runs on the RL loop (#38): its PPO settings are the RL stage's
+    "pref.ppo_steps": "rl.steps", "pref.ppo_lr": "rl.lr", "pref.ppo_epochs": "rl.ppo_epochs",
+    "pref.kl_coef": "rl.algo.kl_coef", "pref.kl_estimator": "rl.algo.kl_estimator",
+    "pref.clip": "rl.algo.policy_loss_kwargs.clip_low and .clip_high", "pref.vf_coef": "rl.critic.vf_coef",
+    "pref.vf_lr": "rl.critic.lr", "pref.value_clip": "rl.critic.value_clip",
+    "pref.gamma": "rl.algo.advantage_kwargs.gamma", "pref.lam": "rl.algo.advantage_kwargs.lam",
+}
+
+
+def check_moved_keys(overrides) -> None:
+    """Raise ConfigError for an override of a key in MOVED_KEYS, naming where it went."""
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key in MOVED_KEYS:
+            raise ConfigError(f"{key} moved to {MOVED_KEYS[key]}")
+
+
 def compose_dict(overrides: list[str] | tuple[str, ...] = (), config_name: str = "config", *,
                  return_hydra_config: bool = False):
     """The DictConfig Hydra composes for `python -m rlpt.train <overrides>` (with `hydra.*` when asked)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    check_moved_keys(overrides)
     register_configs()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides),

@@ -25,6 +25,7 @@ from rlpt.rewards.mixture import RewardMixture
 from rlpt.rollout.single_turn import response_window, rollout, to_rows
 from rlpt.tasks.curriculum import build_curriculum, decode_state, encode_state
 from rlpt.tasks.mixture import rl_domains
+from rlpt.train.heads import init_head, make_head_trainer
 from rlpt.train.loop import (
     LoopHooks,
     RunLog,
@@ -41,19 +42,33 @@ log = logging.getLogger(__name__)
 
 
 def rl_config(cfg: Config) -> Config:
-    """The stage config: RL steps and learning rate on the shared optimizer schema."""
+    """The stage config: RL learning rate, and optimizer steps (rl.steps x rl.ppo_epochs: the schedule's length)
+    on the shared optimizer schema."""
     return dataclasses.replace(cfg, optim=dataclasses.replace(cfg.optim, lr=cfg.rl.lr),
-                               train=dataclasses.replace(cfg.train, steps=cfg.rl.steps))
+                               train=dataclasses.replace(cfg.train, steps=cfg.rl.steps * cfg.rl.ppo_epochs))
 
 
-def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = None) -> tuple[dict, dict]:
+def base_rows(traj, cfg: Config, row_len: int) -> dict:
+    """The trajectories as train rows (`to_rows`) with their logit window (rl.exec.logits_window), no advantages."""
+    rows = to_rows(traj, row_len, cfg.data.images_per_row)
+    if cfg.rl.exec.logits_window:
+        rows["window"] = response_window(traj, rows["inputs"].shape[1])
+        if cfg.rl.exec.share_prefix:
+            check_shared_prefix(rows, cfg.rl.rollout.group_size)
+    return rows
+
+
+def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = None,
+               values: np.ndarray | None = None) -> tuple[dict, dict]:
     """Rows with advantages from the registry; old_logp = the rollout's log-probs (behaviour policy).
 
     ref_logp (B, T), the reference policy's log-probs of the rows' targets (rl.algo.kl_in=reward): the advantage
     estimator gets token rewards r_t - kl_coef * kl_t (`rlpt.algos.kl_in_reward` on the rollout log-probs; an
-    outcome estimator sums them per row, as verl's use_kl_in_reward)."""
+    outcome estimator sums them per row, as verl's use_kl_in_reward).
+    values (B, T), the value head's V(s_t) before the update (rl.algo.advantage=gae): the estimator's input, and
+    with its returns the value loss's targets (batch old_values, returns)."""
     algo = cfg.rl.algo
-    rows = to_rows(traj, row_len, cfg.data.images_per_row)
+    rows = base_rows(traj, cfg, row_len)
     rewards = jnp.asarray(traj.rewards)
     if algo.overlong_buffer > 0:
         rewards = rewards + soft_overlong_penalty(jnp.asarray(traj.lengths), cfg.rl.rollout.max_new_tokens,
@@ -70,8 +85,10 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
                                algo.kl_coef, algo.kl_estimator)
         kl = get_kl(algo.kl_estimator)(jnp.asarray(rows["rollout_logp"]), jnp.asarray(ref_logp)) * mask
         extra["kl_reward/kl"] = float(jnp.sum(kl) / jnp.maximum(jnp.sum(mask), 1.0))  # mean kl_t per policy token
-    adv, _ = get_advantage(algo.advantage)(rewards, mask, jnp.asarray(traj.group_ids), num_groups=num_groups,
-                                           **algo.advantage_kwargs)
+    if values is not None:
+        values = jnp.asarray(values) * mask
+    adv, returns = get_advantage(algo.advantage)(rewards, mask, jnp.asarray(traj.group_ids), num_groups=num_groups,
+                                                 values=values, **algo.advantage_kwargs)
     kept = 1.0
     if algo.dynamic_sampling:
         _, keep_rows = dynamic_sampling_keep(outcome, jnp.asarray(traj.group_ids), num_groups)
@@ -81,10 +98,9 @@ def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = No
     rows["loss_mask"] = np.asarray(mask, np.float32)
     rows["advantages"] = np.asarray(adv, np.float32) * rows["loss_mask"]
     rows["old_logp"] = rows["rollout_logp"]
-    if cfg.rl.exec.logits_window:
-        rows["window"] = response_window(traj, rows["inputs"].shape[1])
-        if cfg.rl.exec.share_prefix:
-            check_shared_prefix(rows, cfg.rl.rollout.group_size)
+    if values is not None:
+        rows["old_values"] = np.asarray(values, np.float32)
+        rows["returns"] = np.asarray(returns, np.float32) * rows["loss_mask"]
     if traj.dropped is not None:
         extra["rollout/dropped_images"] = float(np.sum(traj.dropped))
     return rows, {"rollout/kept_fraction": kept} | extra
@@ -118,9 +134,13 @@ def check_shared_prefix(rows: dict, group: int) -> None:
                              "share their columns before the logit window; set rl.exec.share_prefix=false")
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
-def _trainer_logp(model_cfg, params, batch, group=None):
-    """log p(target) (A, b, K or T) for micro-batches (A, b, ...), one micro-batch at a time."""
+@functools.partial(jax.jit, static_argnums=(0, 3, 4))
+def _trainer_forward(model_cfg, params, batch, group=None, values=False):
+    """log p(target) (A, b, K or T) for micro-batches (A, b, ...), one micro-batch at a time; values=True: the
+    value head's V(s_t) instead (params {"lm", "head"})."""
+    if values:
+        return jax.lax.map(lambda mb: token_logprobs_entropy(params["lm"], model_cfg, mb, group,
+                                                             value_head=params["head"])[2], batch)
     return jax.lax.map(lambda mb: token_logprobs_entropy(params, model_cfg, mb, group)[0], batch)
 
 
@@ -137,14 +157,15 @@ def recompute_old_logp(trainer, batch: dict, group: int | None = None) -> dict:
     return dict(batch, old_logp=logp * np.asarray(batch["loss_mask"], np.float32))
 
 
-def rows_logp(trainer, params, batch: dict, group: int | None = None) -> np.ndarray:
+def rows_logp(trainer, params, batch: dict, group: int | None = None, values: bool = False) -> np.ndarray:
     """(B, T) log-probs of the batch rows' targets under `params` (the trainer's model config, its mesh and
-    micro-batches; no gradient), in row columns (0 outside a logit window)."""
+    micro-batches; no gradient), in row columns (0 outside a logit window); values=True: the value head's
+    V(s_t) under params {"lm", "head"} instead."""
     keys = ("inputs", "targets", "positions", "segment_ids") + tuple(
         k for k in ("window", "pixel_values", "num_images") if k in batch)
     rows = microbatch({k: np.asarray(batch[k]) for k in keys}, trainer.cfg.optim.grad_accum)
     with jax.set_mesh(trainer.mesh), axis_rules(trainer.cfg.mesh.rules):
-        logp = _trainer_logp(trainer.model_cfg, params, shard_batch(rows, trainer.mesh), group)
+        logp = _trainer_forward(trainer.model_cfg, params, shard_batch(rows, trainer.mesh), group, values)
     logp = np.asarray(logp, np.float32).reshape(len(batch["inputs"]), -1)
     if "window" in batch:  # back to row columns
         full = np.zeros(batch["inputs"].shape, np.float32)
@@ -176,7 +197,7 @@ def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) ->
            "entropy": metrics.pop("entropy_sum") / ntok, "logp_gap": metrics.pop("logp_gap_sum") / ntok,
            "staleness": (step - 1) - traj.version, "policy_version": traj.version,
            "tokens_generated": generated_tokens(traj), "tokens_trained": ntok} | bmetrics
-    row |= {k: v / ntok for k, v in metrics.items() if k.startswith("pg/")}
+    row |= {k: v / ntok for k, v in metrics.items() if k.startswith(("pg/", "critic/"))}
     for d in sorted({t.domain for t in traj.tasks}):
         idx = [i for i, t in enumerate(traj.tasks) if t.domain == d]
         row[f"reward/{d}"] = float(np.concatenate([traj.rewards[i * group_size:(i + 1) * group_size]
@@ -194,7 +215,8 @@ def idle_fraction(rows: list[dict]) -> float:
     return sum(r["idle_s"] for r in rows) / max(sum(r["step_s"] for r in rows), 1e-9)
 
 
-def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, observers=None, rollout_fn=None) -> dict:
+def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, observers=None, rollout_fn=None,
+           rescore=None) -> dict:
     """Train `init_model` with RL; returns summary metrics, per-step history, evals, the model, curriculum state.
 
     observers: objects with on_step(step, traj, row) and close() -> dict (merged into the summary); None: the
@@ -203,6 +225,10 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     (e.g. multi-turn agents). Rewards come from the reward mixture cfg.reward (rlpt.rewards.RewardMixture:
     verifier outcome, process credit, format, length shaping, judges, per-domain tables) over the rollout's
     verdicts; judges named in it must be registered first.
+    rescore(traj) -> (traj, metrics) replaces a step's rewards in the trainer's thread before its batch is built,
+    e.g. PPO-RLHF's reward-model term (`rlpt.pipeline.ppo_rlhf`); its metrics join the step's row.
+    rl.algo.advantage=gae trains a value head beside the policy (rl.critic; params {"lm", "head"},
+    `rlpt.train.heads`): its values before the update feed GAE and the value loss.
     The trainer's idle time is the loop's wall time outside train steps (sync: while
     generating, verifying and preparing the batch; async: while waiting for the producer; both: checkpointing,
     logging, observers), evaluation excluded.
@@ -225,23 +251,37 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     trainer_devices, sampler_devices = None, None
     if cfg.rl.placement == "split":  # the sampler on its own devices, the trainer's mesh on the rest
         trainer_devices, sampler_devices = split_devices(cfg.rl.sampler_devices)
-    trainer = make_trainer(rcfg, rl_loss(algo, share, cfg.data.cp_layout), init=init_model, extra_frozen=frozen,
-                           donate=not asynchronous, devices=trainer_devices)
+    critic = cfg.rl.critic if algo.advantage == "gae" else None
+    if critic is not None:  # PPO with a value head: params {"lm", "head"}
+        head = init_head(init_model.config.hidden_size, cfg.train.seed + 9)
+        trainer = make_head_trainer(rcfg, rl_loss(algo, share, cfg.data.cp_layout, critic), init_model, head,
+                                    ref=algo.kl_coef > 0, head_lr=critic.lr or None, donate=not asynchronous,
+                                    devices=trainer_devices)
+    else:
+        trainer = make_trainer(rcfg, rl_loss(algo, share, cfg.data.cp_layout), init=init_model,
+                               extra_frozen=frozen, donate=not asynchronous, devices=trainer_devices)
+    epochs = cfg.rl.ppo_epochs
+    kl_reward = algo.kl_coef > 0 and algo.kl_in == "reward"
+    # The advantages need the trainer (the reference's log-probs, the value head) or a rescore: the producer
+    # only builds the rows, the trainer's thread the batch.
+    deferred = kl_reward or critic is not None or rescore is not None
     # the run's task mixture: the domains group and/or prompt files (data=rl_jsonl), as domain_mixture reads it
     curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
     cstate = curriculum.init_state()
     meta = maybe_resume(trainer)
     if meta is not None:
         cstate = decode_state(meta["curriculum"])
-    start = int(trainer.state.step)
+    start = int(trainer.state.step) // epochs
     row_len = cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens
     runlog = RunLog(out_dir, resume_at=start, tensorboard=False)  # TensorBoard: an observer
     n_restored = len(runlog.history)
     if observers is None:
         observers = default_observers(cfg, out_dir)
     ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
+    prepare = (lambda traj: (base_rows(traj, cfg, row_len), {})) if deferred else (
+        lambda traj: make_batch(traj, cfg, row_len))
     producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
-                        lambda traj: make_batch(traj, cfg, row_len), asynchronous=asynchronous, ckpt_every=ckpt_every,
+                        prepare, asynchronous=asynchronous, ckpt_every=ckpt_every,
                         mixture=RewardMixture(cfg.reward), sampler_devices=sampler_devices)
     n_params = int(sum(np.size(x) for x in jax.tree.leaves(trainer.model().params)))
     bound = producer.lag
@@ -264,10 +304,14 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             raise AssertionError(f"step {step}: batch from policy version {traj.version} has staleness "
                                  f"{staleness} outside [0, {bound}] (rl.max_staleness, rl.mode={cfg.rl.mode})")
         cur["t1"] = time.time()
-        if algo.kl_coef > 0 and algo.kl_in == "reward":  # the reference's log-probs, then the advantages
-            ref_logp = rows_logp(trainer, trainer.state.frozen["ref"], batch, share)
-            batch, kl_metrics = make_batch(traj, cfg, row_len, ref_logp=ref_logp)
-            bmetrics = bmetrics | kl_metrics
+        if rescore is not None:
+            traj, rescore_metrics = rescore(traj)
+            bmetrics = bmetrics | rescore_metrics
+        if deferred:  # the reference's log-probs and the values before the update, then the advantages
+            ref_logp = rows_logp(trainer, trainer.state.frozen["ref"], batch, share) if kl_reward else None
+            values = None if critic is None else rows_logp(trainer, trainer.state.params, batch, share, values=True)
+            batch, more = make_batch(traj, cfg, row_len, ref_logp=ref_logp, values=values)
+            bmetrics = bmetrics | more
         if algo.old_logp == "recompute":
             batch = recompute_old_logp(trainer, batch, share)
         cur["traj"], cur["step"] = traj, step
@@ -275,7 +319,8 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
 
     def train(batch):
         nonlocal cstate
-        metrics = to_float(trainer.step(batch))
+        for _ in range(epochs):  # rl.ppo_epochs passes over the batch; the last pass's metrics are logged
+            metrics = to_float(trainer.step(batch))
         cur["train_s"] = time.time() - cur["t1"]
         cstate = curriculum.update(cstate, task_outcomes(cur["traj"], G))
         producer.publish(cur["step"], trainer.model(), cstate)
@@ -310,7 +355,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         loop = run_loop(trainer, next_batch, LoopHooks(
             train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate)},
             evaluate=evaluate if evaluate_fn is not None else None),
-            steps=cfg.rl.steps, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
+            steps=cfg.rl.steps, start=start, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
             eval_every=cfg.rl.eval_every, show=("loss", "reward_mean", "pass_rate"))
     finally:  # also on an error: stop the producer thread and finish pending checkpoint writes
         producer.close()

@@ -1,1 +1,2 @@
-"""Preference alignment: pairs (data, pairs), DPO family (dpo), reward models (reward_model), PPO-RLHF (ppo_rlhf)."""
+"""Preference alignment: pairs (data, pairs), DPO family (dpo), reward models (reward_model); PPO-RLHF runs on
+the RL loop (rlpt.pipeline.ppo_rlhf)."""

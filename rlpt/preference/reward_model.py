@@ -15,9 +15,9 @@ from rlpt.models import Model, load_pretrained
 from rlpt.models.config import ModelConfig
 from rlpt.preference.common import sub_config, warm_start
 from rlpt.preference.data import batch_indices, longest_pair
-from rlpt.preference.heads import init_head, last_token_scores, make_head_trainer
 from rlpt.preference.pairs import make_pairs
 from rlpt.rollout.format import completion_ids, fit_width, prompt_ids
+from rlpt.train.heads import init_head, last_token_scores, make_head_trainer
 from rlpt.train.loop import LoopHooks, RunLog, finish_run, maybe_resume, run_loop
 from rlpt.train.sft import get_tokenizer
 

@@ -2,10 +2,11 @@
 import jax
 import jax.numpy as jnp
 
-from rlpt.algos import get_aggregation, get_kl, get_policy_loss, rollout_correction
+from rlpt.algos import get_aggregation, get_kl, get_policy_loss, rollout_correction, value_loss
 from rlpt.kernels.layouts import layout_permutation, layout_positions
 from rlpt.models.transformer import forward, hidden_states, hidden_states_shared_prefix
 from rlpt.models.vision import VLMConfig, row_embeddings
+from rlpt.train.heads import head_values
 from rlpt.train.logprobs import head_logprobs
 
 
@@ -87,8 +88,11 @@ def lay_out_stream(stream: tuple, layout: str, n_shards: int) -> tuple:
     return out, layout_positions(layout, Tp, n_shards)[:T]
 
 
-def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, layout: str = "contiguous"):
-    """(log p(target), entropy of the next-token distribution), both (B, T) f32.
+def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, layout: str = "contiguous", *,
+                           value_head: dict | None = None):
+    """(log p(target), entropy of the next-token distribution), both (B, T) f32; with value_head (a scalar head,
+    `rlpt.train.heads`) a third output, its values V(s_t) (B, T) f32 read from the detached hidden states (the
+    value loss moves the head only).
 
     With batch["window"] (B, K) column indices (`rlpt.rollout.single_turn.response_window`), the LM head,
     log-softmax and entropy run only at those columns and both outputs are (B, K): the prompt positions of an
@@ -103,16 +107,19 @@ def token_logprobs_entropy(params, model_cfg, batch, group: int | None = None, l
         if isinstance(model_cfg, VLMConfig):
             raise ValueError("rl.exec.share_prefix does not combine with model.vision (the shared prompt columns "
                              "hold each group's images); set rl.exec.share_prefix=false")
-        return _shared_prefix_logprobs_entropy(params, model_cfg, batch, group, layout)
+        return _shared_prefix_logprobs_entropy(params, model_cfg, batch, group, layout, value_head)
     params, model_cfg, embeds = decoder_inputs(params, model_cfg, batch)
     hidden, _ = hidden_states(params, model_cfg, batch["inputs"], batch["positions"], batch["segment_ids"],
                               embeds=embeds)
     if "window" in batch:
         hidden = jnp.take_along_axis(hidden, batch["window"][..., None], axis=1)
-    return head_logprobs(params, model_cfg, hidden, in_window(batch, batch["targets"]), entropy=True)
+    out = head_logprobs(params, model_cfg, hidden, in_window(batch, batch["targets"]), entropy=True)
+    if value_head is None:
+        return out
+    return *out, head_values(value_head, jax.lax.stop_gradient(hidden))
 
 
-def _shared_prefix_logprobs_entropy(params, model_cfg, batch, group: int, layout: str):
+def _shared_prefix_logprobs_entropy(params, model_cfg, batch, group: int, layout: str, value_head=None):
     """`token_logprobs_entropy` with group: (B, K) outputs at the window columns, in token order."""
     if "window" not in batch:
         raise ValueError("rl.exec.share_prefix needs the logit window (rl.exec.logits_window=true)")
@@ -124,11 +131,18 @@ def _shared_prefix_logprobs_entropy(params, model_cfg, batch, group: int, layout
     (*rows, targets), back = lay_out_stream((*rows, in_window(batch, batch["targets"])), layout, n)
     hidden = hidden_states_shared_prefix(params, model_cfg, prefix, tuple(rows), group)
     logp, entropy = head_logprobs(params, model_cfg, hidden, targets, entropy=True)
-    return logp[:, back], entropy[:, back]
+    if value_head is None:
+        return logp[:, back], entropy[:, back]
+    return logp[:, back], entropy[:, back], head_values(value_head, jax.lax.stop_gradient(hidden))[:, back]
 
 
-def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous"):
+def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous", critic=None):
     """Policy-gradient loss from registry names; batch carries advantages, old_logp (and rollout_logp).
+
+    critic (rl.critic, with rl.algo.advantage=gae): params are {"lm", "head"} (`rlpt.train.heads`) and the batch
+    also carries old_values and returns; each token's loss adds critic.vf_coef x the clipped value loss of the
+    head on the detached hidden states (`rlpt.algos.value_loss`, clip critic.value_clip, 0: none), aggregated
+    with the policy loss.
 
     group_size: with rl.exec.share_prefix (`pipeline.rl.shared_prefix_group`), the rows of a group share their
     prompt columns, which then run through the policy (and the KL reference) once per group. The rows then come
@@ -152,7 +166,11 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
             # Per-token arrays at the logit window's columns (all columns without a window).
             mask = in_window(batch, batch["loss_mask"]).astype(jnp.float32)
             old_logp, rollout_logp = in_window(batch, batch["old_logp"]), in_window(batch, batch["rollout_logp"])
-            logp, entropy = token_logprobs_entropy(params, model_cfg, batch, group_size, layout)
+            head = None
+            if critic is not None:
+                params, head = params["lm"], params["head"]
+            logp, entropy, *values = token_logprobs_entropy(params, model_cfg, batch, group_size, layout,
+                                                            value_head=head)
             per_token, metrics = policy_loss(logp, old_logp, in_window(batch, batch["advantages"]), mask,
                                              **algo_cfg.policy_loss_kwargs)
             if algo_cfg.correction_level != "none":
@@ -169,10 +187,17 @@ def rl_loss(algo_cfg, group_size: int | None = None, layout: str = "contiguous")
                 metrics["kl"] = jnp.sum(kl * mask) / jnp.maximum(jnp.sum(mask), 1.0)
             if algo_cfg.entropy_coef:
                 per_token = per_token - algo_cfg.entropy_coef * entropy
+            vl = None
+            if critic is not None:
+                vl, vmetrics = value_loss(values[0], in_window(batch, batch["old_values"]),
+                                          in_window(batch, batch["returns"]), mask, clip=critic.value_clip or None)
+                per_token = per_token + critic.vf_coef * vl
             num, den = aggregation(per_token, mask, **algo_cfg.aggregation_kwargs)
             n_tok = jnp.maximum(jnp.sum(mask), 1.0)
             # Per-micro-batch metrics are token-weighted sums; the loop divides by the step's token count.
             out = {f"pg/{k}": v * n_tok for k, v in metrics.items() if jnp.ndim(v) == 0}
+            if vl is not None:
+                out |= {f"critic/{k}": v * n_tok for k, v in vmetrics.items()} | {"critic/vf_loss": jnp.sum(vl)}
             out |= {"entropy_sum": jnp.sum(entropy * mask), "policy_tokens": jnp.sum(mask),
                     "logp_gap_sum": jnp.sum(jnp.abs(logp - rollout_logp) * mask)}
             if algo_cfg.scope == "micro":

@@ -14,7 +14,7 @@ STAGES: dict[str, str | Callable] = {
     "rl": "rlpt.pipeline.rl_stage",
     "dpo": "rlpt.preference.dpo",
     "rm": "rlpt.preference.reward_model",
-    "ppo_rlhf": "rlpt.preference.ppo_rlhf",
+    "ppo_rlhf": "rlpt.pipeline.ppo_rlhf",
     "agent": "rlpt.pipeline.agent",
     "distill": "rlpt.pipeline.distill",
 }

@@ -8,8 +8,8 @@ import pytest
 
 from rlpt.config import compose
 from rlpt.models import builtin_tokenizer, init_model
-from rlpt.preference.heads import init_head
 from rlpt.preference.reward_model import RewardModel, bradley_terry_loss, score, score_rows
+from rlpt.train.heads import init_head
 
 TOK = builtin_tokenizer()
 SMALL = ["model.hidden_size=32", "model.intermediate_size=64", "train.progress=false"]

@@ -167,8 +167,8 @@ def test_reward_model_from_rlpt_preference_is_a_scorer():
     import functools
 
     from rlpt.models import init_model
-    from rlpt.preference.heads import init_head
     from rlpt.preference.reward_model import RewardModel
+    from rlpt.train.heads import init_head
     from tests.sampling.helpers import TINY
 
     tok = builtin_tokenizer()

@@ -142,7 +142,7 @@ def test_reward_model_and_ppo_rlhf_stages_start_from_the_checkpoint(ckpt, tmp_pa
     run_stage(compose([*common, "stage=rm", "pref.rm_steps=2", "pref.rm_batch_size=4", f"train.out_dir={tmp_path}/rm"]))
     rm = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rm["stage"] == "rm" and rm["tokenizer"] == ckpt and rm["vocab_size"] == CKPT.vocab_size
-    out = run_stage(compose([*common, "stage=ppo_rlhf", f"pref.rm_path={tmp_path}/rm/reward_model", "pref.ppo_steps=2",
+    out = run_stage(compose([*common, "stage=ppo_rlhf", f"pref.rm_path={tmp_path}/rm/reward_model", "rl.steps=2",
                              "rl.rollout.prompts_per_step=2", "rl.rollout.group_size=2", "pref.eval_per_domain=2",
                              "observe.tensorboard=false", "train.export_hf=true", f"train.out_dir={tmp_path}/ppo"]))
     ppo = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -23,7 +23,7 @@ from rlpt.models.config import (
 )
 from rlpt.parallel import make_mesh
 from rlpt.train.logprobs import head_logprobs
-from rlpt.train.losses import rl_loss, token_logprobs
+from rlpt.train.losses import rl_loss, token_logprobs, token_logprobs_entropy
 
 CFG = ModelConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                   logits_chunk=0)
@@ -127,7 +127,6 @@ def test_rl_loss_chunked_equals_whole(path, tied):
 
 def test_sft_and_preference_log_probs_chunked_equal_whole():
     from rlpt.preference.common import sequence_logps
-    from rlpt.preference.ppo_rlhf import logps_values
 
     params = init_model(CFG, 3).params
     rng = np.random.default_rng(3)
@@ -136,15 +135,14 @@ def test_sft_and_preference_log_probs_chunked_equal_whole():
     batch = {"inputs": inputs[:, :-1], "targets": inputs[:, 1:], "positions": np.tile(np.arange(T), (B, 1)),
              "segment_ids": np.ones((B, T), np.int32), "mask": (rng.random((B, T)) < 0.7).astype(np.float32)}
     batch = jax.tree.map(jnp.asarray, batch)
-    head = {"lm": params, "head": {"w": jnp.asarray(rng.normal(size=(CFG.hidden_size,)), jnp.float32),
-                                   "b": jnp.zeros((), jnp.float32)}}
+    head = {"w": jnp.asarray(rng.normal(size=(CFG.hidden_size,)), jnp.float32), "b": jnp.zeros((), jnp.float32)}
     out = {}
     for chunk in (0, 8):
         cfg = dataclasses.replace(CFG, logits_chunk=chunk)
         sft = jax.value_and_grad(lambda p, c=cfg: jnp.sum(token_logprobs(p, c, batch) * batch["mask"]))
         out[chunk] = (jax.jit(sft)(params), jax.jit(lambda p, c=cfg: sequence_logps(p, c, batch, ""))(params),
-                      jax.jit(lambda p, c=cfg: logps_values(p, c, batch))(head))
-    _close(out[8], out[0], what="sft / dpo / ppo log-probs")
+                      jax.jit(lambda p, c=cfg: token_logprobs_entropy(p, c, batch, value_head=head))(params))
+    _close(out[8], out[0], what="sft / dpo / ppo log-probs, entropies and values")
 
 
 def test_bf16_compute_chunked_matches_whole():

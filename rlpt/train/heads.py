@@ -74,14 +74,16 @@ def _clip(tree, max_norm: float):
 
 
 def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *, ref: bool = False,
-                      subdir: str = "checkpoints", head_lr: float | None = None) -> Trainer:
+                      subdir: str = "checkpoints", head_lr: float | None = None, donate: bool = True,
+                      devices=None) -> Trainer:
     """Trainer over params {"lm": model.params, "head": head}; ref=True keeps a frozen copy of the backbone
-    as frozen["ref"]; head_lr gives the head its own optimizer (see head_optimizer). LoRA is not supported
-    here: the head stages train the whole backbone."""
+    as frozen["ref"]; head_lr gives the head its own optimizer (see head_optimizer); donate and devices as
+    `make_trainer`'s. LoRA is not supported here: the head stages (reward model, RL with a value head) train
+    the whole backbone."""
     if cfg.lora.rank > 0:
-        raise ValueError(f"lora.rank={cfg.lora.rank}: the reward-model and PPO-RLHF stages train the full model; "
-                         "set lora.rank=0")
-    mesh = setup_mesh(cfg)
+        raise ValueError(f"lora.rank={cfg.lora.rank}: the reward-model stage and RL with a value head "
+                         "(rl.algo.advantage=gae) train the full model; set lora.rank=0")
+    mesh = setup_mesh(cfg, devices)
     with jax.set_mesh(mesh), axis_rules(cfg.mesh.rules):
         lm = model.placed(mesh).params
         params = {"lm": lm, "head": jax.device_put(head, NamedSharding(mesh, PartitionSpec()))}
@@ -90,7 +92,7 @@ def make_head_trainer(cfg: Config, loss_fn_factory, model: Model, head: dict, *,
         shardings = state_shardings(optimizer, params, frozen, mesh)
         state = jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
                         out_shardings=shardings)(params, frozen)
-    step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings,
+    step_fn = build_train_step(loss_fn_factory(model.config), optimizer, state_shardings=shardings, donate=donate,
                                compute_dtype=model.config.compute_dtype)
     ckpt = None
     if cfg.train.ckpt_every > 0:
