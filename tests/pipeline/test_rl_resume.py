@@ -60,9 +60,13 @@ def _run(cfg, out_dir, observers=()):
                   observers=observers, rollout_fn=shaped_rollout)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_resume_after_crash_is_exact(tmp_path, mode, shared_compiles):
-    cfg = compose(TINY + ["rl.steps=6", "train.ckpt_every=3", f"rl.mode={mode}", "rl.max_staleness=1"])
+PPO = ["rl.algo.advantage=gae", "rl.ppo_epochs=2", "rl.algo.kl_coef=0.1", "rl.algo.kl_in=reward"]
+
+
+@pytest.mark.parametrize("mode,extra", [("sync", []), ("async", []), ("sync", PPO)],
+                         ids=["sync", "async", "ppo-value-head-2-epochs"])
+def test_resume_after_crash_is_exact(tmp_path, mode, extra, shared_compiles):
+    cfg = compose(TINY + ["rl.steps=6", "train.ckpt_every=3", f"rl.mode={mode}", "rl.max_staleness=1"] + extra)
     full = _run(cfg, tmp_path / "full")
     with pytest.raises(Crash):
         _run(cfg, tmp_path / "cut", observers=[CrashAt(5)])  # checkpoint at 3; step 4 logged, then killed
@@ -70,8 +74,9 @@ def test_resume_after_crash_is_exact(tmp_path, mode, shared_compiles):
     resumed = _run(cfg, tmp_path / "cut")
     got, want = rows(tmp_path / "cut" / "metrics.jsonl"), rows(tmp_path / "full" / "metrics.jsonl")
     assert [r["step"] for r in got] == list(range(1, 7))  # the steps after the checkpoint are logged once
+    compared = COMPARED + (("critic/vf_loss", "critic/value_mean", "kl_reward/kl") if extra else ())
     for a, b in zip(got, want):
-        assert {k: a[k] for k in COMPARED} == {k: b[k] for k in COMPARED}, a["step"]
+        assert {k: a[k] for k in compared} == {k: b[k] for k in compared}, a["step"]
     assert len({r["loss"] for r in want}) > 1 and any(r["loss"] != 0 for r in want)
     for k, v in full["curriculum_state"].items():
         np.testing.assert_array_equal(resumed["curriculum_state"][k], v, err_msg=k)
