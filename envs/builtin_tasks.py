@@ -120,6 +120,32 @@ def shell_task(seed: int) -> EnvTask:
     )
 
 
+def terminal_task(seed: int) -> EnvTask:
+    """A shell task whose steps lean on a persistent terminal: a sourced environment file, a working folder,
+    a background job to wait for. Checked by the workspace's final state (meta target)."""
+    rng = random.Random(f"envs.terminal/{seed}")
+    word = rng.choice(["pear", "fig", "kiwi", "plum", "lime", "date"]) + str(rng.randrange(100))
+    folder = rng.choice(["build", "out", "work", "stage"]) + str(rng.randrange(10))
+    kind = seed % 3
+    if kind == 0:
+        prompt = (f"env.sh sets the variable TOKEN. Source it, make a folder {folder}, go into it, and there write "
+                  "the value of TOKEN to token.txt (one line).")
+        files = {"env.sh": f"TOKEN={word}\nexport TOKEN\n"}
+        target = {f"{folder}/token.txt": word + "\n"}
+    elif kind == 1:
+        prompt = ("worker.sh runs for a while and writes its result to result.txt when done. Start it in the "
+                  "background, wait until result.txt exists, then copy it to final.txt.")
+        files = {"worker.sh": f"sleep 1\necho {word} > result.tmp\nmv result.tmp result.txt\n"}
+        target = {"final.txt": word + "\n", "result.txt": word + "\n"}
+    else:
+        prompt = (f"Define a shell function tag that prints its argument followed by -{word}. Then use it to write "
+                  f"tag a to {folder}/a.txt and tag b to {folder}/b.txt.")
+        files = {}
+        target = {f"{folder}/a.txt": f"a-{word}\n", f"{folder}/b.txt": f"b-{word}\n"}
+    return EnvTask("envs.terminal", f"envs.terminal/{seed}", prompt, 0, {"files": files, "target": target},
+                   "rlpt/TerminalAgent-v0")
+
+
 def tool_task(seed: int) -> EnvTask:
     """A question that needs the unit converter and the calculator."""
     rng = random.Random(f"envs.tool/{seed}")

@@ -6,6 +6,8 @@ ENV_IDS = {
     "rlpt/SingleTurn-v0": "rlpt.envs.single_turn:SingleTurnEnv",
     "rlpt/CodeAgent-v0": "rlpt.envs.code_agent:CodeAgentEnv",
     "rlpt/ShellAgent-v0": "rlpt.envs.shell_agent:ShellAgentEnv",
+    "rlpt/RepoAgent-v0": "rlpt.envs.repo_agent:RepoAgentEnv",
+    "rlpt/TerminalAgent-v0": "rlpt.envs.terminal_agent:TerminalAgentEnv",
     "rlpt/ToolUse-v0": "rlpt.envs.tool_use:ToolUseEnv",
     "rlpt/Bfcl-v0": "rlpt.envs.bfcl_env:BfclEnv",
     "rlpt/GridWalk-v0": "rlpt.envs.grid_walk:GridWalkEnv",

