@@ -15,8 +15,8 @@ Task meta: files {path: text} (package `pkg/`, `tests/test_pkg.py`, `run_tests.p
 failing (hidden tests the buggy package fails: the ones a fix makes newly pass); bugs [(module, function)]; fix
 [(path, buggy line, fixed line)]; answer (the fixed modules as `# file:` blocks); functions {module: names}. The
 prompt names the modules, their functions and the failing visible tests (an issue report), so it is a function
-of the repository and the train / eval split by prompt splits repositories. The hidden expectations come from the correct implementations, run
-here at generation time (trusted code)."""
+of the repository and the train / eval split by prompt splits repositories; symptoms names those tests. The
+hidden expectations come from the correct implementations, run here at generation time (trusted code)."""
 from __future__ import annotations
 
 import dataclasses
