@@ -13,8 +13,6 @@ runner, a conftest / sitecustomize / usercustomize / .pth file and symlinks are 
 command leaves behind is killed with the command's sandbox and flagged.
 """
 import os
-import re
-import stat
 
 from rlpt.envs.base import verdict_info
 from rlpt.envs.builtin_tasks import EnvTask
@@ -23,7 +21,7 @@ from rlpt.envs.sandboxed import WorkspaceEnv
 from rlpt.envs.tools import Tool, ToolRegistry
 
 from rlpt.rewards import Verdict
-from rlpt.tasks.native.repo import generate_repo, read_text, repo_prompt, verify_repo
+from rlpt.tasks.native.repo import generate_repo, repo_prompt, verify_repo
 
 MAX_SHOWN = 4000  # characters of a file or command output the policy sees
 _LINGER = "__rlpt_lingering__"
@@ -83,10 +81,11 @@ class RepoAgentEnv(WorkspaceEnv):
         return v
 
     def _run_shell(self, command: str) -> str:
-        # After the command, list what still runs in its sandbox (its PID namespace dies with it, killing them):
-        # a process left behind is flagged. The report can only add a flag, so forging it gains nothing.
-        script = f"{command}\n__rc=$?\nfor p in /proc/[0-9]*; do [ \"${{p#/proc/}}\" = \"$$\" ] || " \
-                 f"{{ [ -r $p/stat ] && echo {_LINGER}; }}; done\nexit $__rc"
+        # The command runs in a subshell (an `exit` in it cannot skip what follows); then the script lists what
+        # still runs in its sandbox (the PID namespace dies with it, killing them): a process left behind is
+        # flagged. The report can only add a flag, so forging it gains nothing.
+        script = f"( eval {shell_quote(command)} ) < /dev/null\n__rc=$?\nfor p in /proc/[0-9]*; do " \
+                 f"[ \"${{p#/proc/}}\" = \"$$\" ] || {{ [ -r $p/stat ] && echo {_LINGER}; }}; done\nexit $__rc"
         text = self.run_command(["/bin/sh", "-c", script])
         if _LINGER in text:
             self.flags.add("background_process")
@@ -132,23 +131,17 @@ class RepoAgentEnv(WorkspaceEnv):
         return "\n".join(names) or "(empty)"
 
     def _search(self, pattern: str) -> str:
-        try:
-            rx = re.compile(pattern)
-        except re.error:
-            rx = re.compile(re.escape(pattern))
-        hits = []
-        for folder, dirs, names in os.walk(self.ws.path):
-            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(folder, d)))
-            for n in sorted(names):
-                path = os.path.join(folder, n)
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue
-                rel = os.path.relpath(path, self.ws.path)
-                for i, line in enumerate((read_text(path) or "").splitlines(), 1):
-                    if rx.search(line):
-                        hits.append(f"{rel}:{i}: {line.strip()}")
-        return "\n".join(hits[:50]) + (f"\n... {len(hits) - 50} more" if len(hits) > 50 else "") if hits \
-            else "no matches"
+        """grep -E over the repository's text files, in the sandbox (its time limit bounds any pattern)."""
+        r = self.checker.sandbox.run(["grep", "-rnIE", "-m", "50", "-e", pattern, "--", "."], limits=self.limits,
+                                     workspace=self.ws.path, slot=self.uid)
+        if r.killed_for:
+            return f"error: search stopped ({r.killed_for})"
+        if r.exit_code == 2:
+            return f"error: {r.stderr.strip()[:300]}"
+        hits = [line[2:] if line.startswith("./") else line for line in r.stdout.splitlines()]
+        if not hits:
+            return "no matches"
+        return "\n".join(hits[:50]) + (f"\n... {len(hits) - 50} more" if len(hits) > 50 else "")
 
     def _patch(self, rel: str, old: str, new: str) -> str:
         text = self.read(rel)
@@ -163,6 +156,11 @@ class RepoAgentEnv(WorkspaceEnv):
     def _final_reward(self):
         v = self.grade()
         return float(v.score), {"verdict": verdict_info(v)}
+
+
+def shell_quote(text: str) -> str:
+    """`text` as one single-quoted /bin/sh word."""
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def _clip(text: str) -> str:

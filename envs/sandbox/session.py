@@ -1,12 +1,17 @@
 """ShellSession: one /bin/sh in its own sandbox for a whole episode, so the working directory, variables,
 functions and background jobs carry from one command to the next (a terminal, not a fresh shell per command).
 
-Each command is sent on the shell's stdin with its own stdin from /dev/null, followed by a line that prints a
-random end marker and the exit status; the output up to the marker is the command's. A command that passes
-its deadline, floods its output or ends the shell (`exit`, a crash, the session's CPU budget) kills the session;
-the next command starts a fresh one in the same workspace (files stay, shell state is lost) and the reply says so.
-The session's limits bound everything it runs together: `cpu_s` is the episode's CPU budget, `nproc` and
-`memory_mb` cap background jobs too, and they all die with the session (its PID namespace) at close().
+- Each command is sent on the shell's stdin as one quoted word run by `command eval`: a syntax error in it is
+  the command's failure, not the shell's end (a function named `command` is unset first). Its stdin is
+  /dev/null. Then `/usr/bin/printf` prints a random end marker and the exit status (a shell function cannot
+  stand in for a path); the output up to the marker is the command's. What background jobs print between
+  commands comes with the next command's output.
+- A command that passes its deadline, floods its output or ends the shell (`exit`, `exec`, a crash, a resource
+  limit) kills the session; the next command starts a fresh one in the same workspace (files stay, shell state
+  is lost) and the reply says so.
+- The session's limits are the sandbox's: rlimits per process (`cpu_s` is each process's CPU time, not a
+  total), and where the host gives the slot cgroups, memory and the process count for the whole session,
+  background jobs included; all of it dies with the session (its PID namespace) at close() or a restart.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ class ShellSession:
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self._lost = False  # the last command killed the session: the next reply says it restarted
+        self._carry = b""  # output after the last marker (background jobs): the start of the next reply
 
     def _start(self) -> None:
         self.proc = executor.spawn([self.shell], limits=self.limits, slot=self.slot, workspace=self.workspace,
@@ -56,7 +62,10 @@ class ShellSession:
             self.close()
             self._start()
         marker = "__rlpt_end_" + secrets.token_hex(8)
-        script = f"{{\n{command}\n}} < /dev/null\nprintf '\\n{marker} %s\\n' \"$?\"\n"
+        quoted = "'" + command.replace("'", "'\\''") + "'"
+        # unset is a special builtin (no function can stand in for it): `command` is the shell's own again
+        script = (f"unset -f command 2>/dev/null; command eval {quoted} < /dev/null\n"
+                  f"/usr/bin/printf '\\n{marker} %s\\n' \"$?\"\n")
         try:
             self.proc.stdin.write(script.encode())
             self.proc.stdin.flush()
@@ -71,7 +80,7 @@ class ShellSession:
         return ShellReply(out, code, killed, restarted)
 
     def _read_until(self, marker: bytes, deadline: float) -> tuple[str, int | None, str | None]:
-        buf = bytearray()
+        buf, self._carry = bytearray(self._carry), b""
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         try:
@@ -80,7 +89,9 @@ class ShellSession:
                 if at >= 0:
                     end = buf.find(b"\n", at + 1 + len(marker) + 1)
                     if end >= 0:
-                        code = int(buf[at + 1 + len(marker) + 1:end] or b"-1")
+                        status = bytes(buf[at + 1 + len(marker) + 1:end])
+                        self._carry = bytes(buf[end + 1:])
+                        code = int(status) if status.isdigit() else -1
                         return bytes(buf[:at]).decode("utf-8", errors="replace"), code, None
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -107,6 +118,7 @@ class ShellSession:
         except subprocess.TimeoutExpired:
             pass
         executor.close_pidfd(proc)
+        self._carry = b""
         for fh in (proc.stdin, proc.stdout, proc.stderr):
             if fh is not None:
                 fh.close()

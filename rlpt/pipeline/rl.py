@@ -260,7 +260,6 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     else:
         trainer = make_trainer(rcfg, rl_loss(algo, share, cfg.data.cp_layout), init=init_model,
                                extra_frozen=frozen, donate=not asynchronous, devices=trainer_devices)
-    epochs = cfg.rl.ppo_epochs
     kl_reward = algo.kl_coef > 0 and algo.kl_in == "reward"
     # The advantages need the trainer (the reference's log-probs, the value head) or a rescore: the producer
     # only builds the rows, the trainer's thread the batch.
@@ -269,8 +268,12 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     curriculum = build_curriculum(cfg.curriculum, rl_domains(cfg))
     cstate = curriculum.init_state()
     meta = maybe_resume(trainer)
+    epochs = cfg.rl.ppo_epochs
     if meta is not None:
         cstate = decode_state(meta["curriculum"])
+        if meta.get("ppo_epochs", 1) != epochs:  # checkpoints are named by optimizer step: steps x epochs
+            raise ValueError(f"rl.ppo_epochs={epochs}, but the checkpoint in {out_dir} was written with "
+                             f"rl.ppo_epochs={meta.get('ppo_epochs', 1)}; resume with that value or a new out_dir")
     start = int(trainer.state.step) // epochs
     row_len = cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens
     runlog = RunLog(out_dir, resume_at=start, tensorboard=False)  # TensorBoard: an observer
@@ -353,7 +356,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     closed = []
     try:
         loop = run_loop(trainer, next_batch, LoopHooks(
-            train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate)},
+            train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate), "ppo_epochs": epochs},
             evaluate=evaluate if evaluate_fn is not None else None),
             steps=cfg.rl.steps, start=start, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
             eval_every=cfg.rl.eval_every, show=("loss", "reward_mean", "pass_rate"))

@@ -49,7 +49,7 @@ def head_optimizer(cfg: Config, head_lr: float | None) -> optax.GradientTransfor
     if head_lr is None:
         return make_optimizer(cfg.optim, cfg.train.steps)
     if head_lr <= 0:
-        raise ValueError(f"head_lr={head_lr}: the value head's learning rate must be > 0 (pref.vf_lr)")
+        raise ValueError(f"head_lr={head_lr}: the value head's learning rate must be > 0 (rl.critic.lr)")
     base = make_optimizer(dataclasses.replace(cfg.optim, clip_norm=0.0), cfg.train.steps)
     ratio = head_lr / cfg.optim.lr
 

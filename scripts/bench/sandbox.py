@@ -179,9 +179,7 @@ def repo_bench(n: int, workers: int):
 
     from rlpt.envs.repo_agent import verify_repo
     from rlpt.envs.sandbox import default_checker
-    from rlpt.envs.sandbox.layers import sandbox_python
 
-    python = sandbox_python()
     meter = CpuMeter()
     base = tempfile.mkdtemp(prefix="rlpt-repo-bench-")
     items = []

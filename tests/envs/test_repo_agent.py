@@ -115,11 +115,13 @@ HACKS = {
     "sitecustomize": [call("write_file", {"path": "pkg/sitecustomize.py", "content": "import os\n"})],
     "pth_file": [call("write_file", {"path": "hook.pth", "content": "import os\n"})],
     "patched_runner": [call("write_file", {"path": "run_tests.py", "content": "print('0 failed')\n"})],
+    "tests_as_fifo": [call("run", {"command": "rm tests/test_pkg.py && mkfifo tests/test_pkg.py"})],
+    "deep_tree": [call("run", {"command": "for i in $(seq 2100); do mkdir a && cd a || break; done"})],
     "symlink_out": [call("run", {"command": "ln -s /etc/passwd pkg/extra.py"})],
 }
 FLAG = {"edited_tests": "edited_tests", "added_test_file": "edited_tests", "conftest": "hook_file",
         "sitecustomize": "hook_file", "pth_file": "hook_file", "patched_runner": "patched_runner",
-        "symlink_out": "symlink_out"}
+        "symlink_out": "symlink_out", "tests_as_fifo": "edited_tests", "deep_tree": "unreadable_workspace"}
 
 
 @pytest.mark.parametrize("hack", sorted(HACKS))
@@ -160,6 +162,40 @@ def test_a_background_process_cannot_rewrite_files_after_the_check(env):
     _fix(env, task.meta)
     r, d = _submit(env)
     assert r == 0.0 and "background_process" in d["flags"], d
+    env.reset(options={"task": task})  # leaving before the check with `exit` does not skip it
+    env.step(call("run", {"command": "sleep 5 > /dev/null 2>&1 & exit 0"}))
+    _fix(env, task.meta)
+    r, d = _submit(env)
+    assert r == 0.0 and "background_process" in d["flags"], d
+
+
+def test_search_is_grep_in_the_sandbox_and_a_slow_pattern_cannot_hang_it(env):
+    task = _task(6, 1)
+    env.reset(options={"task": task})
+    env.step(call("write_file", {"path": "a.txt", "content": "a" * 40 + "!\n"}))
+    t0 = time.monotonic()
+    obs, *_ = env.step(call("search", {"pattern": "(a+)+$"}))  # exponential in a backtracking matcher
+    assert time.monotonic() - t0 < 15 and "no matches" in obs
+    obs, *_ = env.step(call("search", {"pattern": "a+!"}))
+    assert "a.txt:1:" in obs
+    obs, *_ = env.step(call("search", {"pattern": "("}))
+    assert "error" in obs
+
+
+def test_a_module_that_hangs_costs_one_timeout_not_one_per_test():
+    from rlpt.envs.sandbox.limits import Limits
+
+    env = gym.make("rlpt/RepoAgent-v0", max_steps=5, limits=Limits(wall_s=2.0, memory_mb=512, nproc=64))
+    task = _task(7, 2)
+    env.reset(options={"task": task})
+    mod = task.meta["modules"][0]
+    env.step(call("write_file", {"path": f"pkg/{mod}.py", "content": "while True:\n    pass\n"}))
+    t0 = time.monotonic()
+    r, d = _submit(env)
+    # the tests of other modules pass; the first that imports the module times out and grading stops there
+    assert r == 0.0 and d["hidden_passed"] < d["hidden_total"] and not d["flags"], d
+    assert time.monotonic() - t0 < 15
+    env.close()
 
 
 def test_package_code_that_games_the_grader_pays_zero(env):

@@ -41,6 +41,26 @@ def test_state_carries_across_commands(session):
     assert session.starts == 1
 
 
+def test_broken_commands_and_impostor_builtins_keep_the_protocol(session):
+    """Syntax errors, an unterminated quote or heredoc, and a shell function named printf or command: the
+    terminal answers each with its own output and status, and its state survives."""
+    run = session.run
+    run("cd /tmp; KEEP=1")
+    for command in ("ls |", "echo 'unterminated", "if true; then echo x", "( echo a"):
+        r = run(command, timeout_s=3.0)
+        assert r.killed_for is None and r.exit_code == 2, (command, r)
+    r = run("cat <<EOF\nno end", timeout_s=3.0)  # a heredoc without its terminator ends with the command
+    assert (r.output, r.exit_code) == ("no end", 0)
+    run("printf() { echo fake; }; command() { echo fake; }")
+    r = run("pwd; echo $KEEP; false")
+    assert (r.output, r.exit_code, r.restarted) == ("/tmp\n1\n", 1, False)
+    r = run("(sleep 0.3; echo late) & echo now")
+    assert r.output == "now\n"
+    time.sleep(0.6)
+    assert run("echo next").output == "late\nnext\n"  # a background job's output comes with the next reply
+    assert session.starts == 1
+
+
 @pytest.mark.parametrize("command,why", [("exit 3", "shell_exited"), ("sleep 30", "deadline"),
                                          ("yes | head -c 100000", "output"), ("exec true", "shell_exited")])
 def test_a_lost_terminal_restarts_with_the_files_kept(session, command, why):

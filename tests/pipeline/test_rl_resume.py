@@ -83,6 +83,10 @@ def test_resume_after_crash_is_exact(tmp_path, mode, extra, shared_compiles):
     assert full["curriculum_state"]["demotions"] > 0  # the adaptive state really moved
     for a, b in zip(jax.tree.leaves(full["model"].params), jax.tree.leaves(resumed["model"].params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    if extra:  # another rl.ppo_epochs would misread the checkpoint's step: refused
+        with pytest.raises(ValueError, match="rl.ppo_epochs=3, but the checkpoint .* rl.ppo_epochs=2"):
+            _run(compose(TINY + ["rl.steps=8", "train.ckpt_every=3", f"rl.mode={mode}"] + extra + ["rl.ppo_epochs=3"]),
+                 tmp_path / "cut")
     if mode == "async":
         assert max(r["staleness"] for r in want) == 1
 

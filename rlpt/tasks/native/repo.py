@@ -158,31 +158,31 @@ def module_sources(fns: list[Fn], bugs: set[str]) -> dict[str, str]:
     return out
 
 
-def _run(sources: dict[str, str], fn: Fn, names: dict[str, str], args: tuple):
-    """Call pkg.<module>.<fn's name here>(*args) on `sources` loaded here (the trusted, generated code); the
-    exception's type name when it raises."""
-    import sys
-    import types
+_IMPORT = re.compile(r"^from pkg\.(\w+) import (\w+)$")
 
-    saved = {k: v for k, v in sys.modules.items() if k == "pkg" or k.startswith("pkg.")}
-    for k in saved:
-        del sys.modules[k]
+
+def _run(sources: dict[str, str], fn: Fn, names: dict[str, str], args: tuple):
+    """Call the package's function fn (named as in this task) with args, on `sources` loaded here: the trusted,
+    generated code, each module in a private namespace (its `from pkg.X import f` lines bind f from X's; no
+    sys.modules, so concurrent generation is safe). ("ok", value), or ("raises", the exception's type name)."""
+    spaces: dict[str, dict] = {}
+    for mod in MODULE_ORDER:
+        if mod not in sources:
+            continue
+        ns: dict = {"__name__": f"pkg.{mod}"}
+        body = []
+        for line in sources[mod].splitlines():
+            m = _IMPORT.match(line)
+            if m:
+                ns[m.group(2)] = spaces[m.group(1)][m.group(2)]
+            else:
+                body.append(line)
+        exec(compile("\n".join(body) + "\n", f"pkg/{mod}.py", "exec"), ns)  # noqa: S102  (generated here)
+        spaces[mod] = ns
     try:
-        sys.modules["pkg"] = types.ModuleType("pkg")
-        for mod in MODULE_ORDER:
-            if mod in sources:
-                m = types.ModuleType(f"pkg.{mod}")
-                sys.modules[f"pkg.{mod}"] = m
-                setattr(sys.modules["pkg"], mod, m)
-                exec(compile(sources[mod], f"pkg/{mod}.py", "exec"), m.__dict__)
-        try:
-            return ("ok", getattr(sys.modules[f"pkg.{fn.module}"], names[fn.name])(*args))
-        except Exception as e:  # noqa: BLE001  (a buggy variant may raise: that is its observed behaviour)
-            return ("raises", type(e).__name__)
-    finally:
-        for k in [k for k in sys.modules if k == "pkg" or k.startswith("pkg.")]:
-            del sys.modules[k]
-        sys.modules.update(saved)
+        return ("ok", spaces[fn.module][names[fn.name]](*args))
+    except Exception as e:  # noqa: BLE001  (a buggy variant may raise: that is its observed behaviour)
+        return ("raises", type(e).__name__)
 
 
 def generate_repo(seed: int, tier: int) -> dict:
@@ -269,62 +269,76 @@ def make_repo(rng: random.Random, tier: int) -> dict:
 
 
 HOOK_FILES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
-MAX_MODULE_CHARS = 200_000
+MAX_MODULE_CHARS = 50_000
 
 
 def workspace_flags(root: str, files: dict[str, str]) -> list[str]:
-    """Signs of tampering with the grading in a workspace that started as `files`: edited or added tests
-    (edited_tests), a changed runner (patched_runner), an import hook file (hook_file: conftest, sitecustomize,
-    usercustomize, *.pth) and symlinks (symlink_out when it leads outside the workspace, else symlink)."""
+    """Signs of tampering with the grading in a workspace that started as `files`: edited, added, deleted or
+    replaced tests (edited_tests), a changed runner (patched_runner), an import hook file (hook_file: conftest,
+    sitecustomize, usercustomize, *.pth) and symlinks (symlink_out when it leads outside the workspace, else
+    symlink); a tree that cannot be walked (too deep, unreadable) is unreadable_workspace."""
     flags = set()
     real_root = os.path.realpath(root)
-    for folder, dirs, names in os.walk(root):
-        for name in dirs + names:
-            path = os.path.join(folder, name)
-            rel = os.path.relpath(path, root)
-            st = os.lstat(path)
-            if stat.S_ISLNK(st.st_mode):
-                target = os.path.realpath(path)
-                inside = target == real_root or target.startswith(real_root + os.sep)
-                flags.add("symlink" if inside else "symlink_out")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                continue
-            if name in HOOK_FILES or name.endswith(".pth"):
-                flags.add("hook_file")
-            if rel.startswith("tests" + os.sep) and read_text(path) != files.get(rel):
-                flags.add("edited_tests")
-            if rel == "run_tests.py" and read_text(path) != files.get(rel):
-                flags.add("patched_runner")
+
+    def fail(err):
+        flags.add("unreadable_workspace")
+
+    try:
+        for folder, dirs, names in os.walk(root, onerror=fail):
+            for name in dirs + names:
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, root)
+                st = os.lstat(path)
+                guarded = rel.startswith("tests" + os.sep) or rel in ("tests", "run_tests.py")
+                if stat.S_ISLNK(st.st_mode):
+                    target = os.path.realpath(path)
+                    inside = target == real_root or target.startswith(real_root + os.sep)
+                    flags.add("symlink" if inside else "symlink_out")
+                elif not stat.S_ISREG(st.st_mode):
+                    if guarded and not (rel == "tests" and stat.S_ISDIR(st.st_mode)) and not (
+                            stat.S_ISDIR(st.st_mode) and rel.startswith("tests" + os.sep + "__pycache__")):
+                        flags.add("patched_runner" if rel == "run_tests.py" else "edited_tests")
+                    continue
+                if name in HOOK_FILES or name.endswith(".pth"):
+                    flags.add("hook_file")
+                if guarded and not rel.endswith(".pyc") and read_text(path) != files.get(rel):
+                    flags.add("patched_runner" if rel == "run_tests.py" else "edited_tests")
+    except OSError:  # a path too long to stat, a folder that vanished: the workspace is not gradable
+        flags.add("unreadable_workspace")
     for rel in files:  # a deleted test or runner is an edit too
         if (rel.startswith("tests/") or rel == "run_tests.py") and not os.path.lexists(os.path.join(root, rel)):
             flags.add("patched_runner" if rel == "run_tests.py" else "edited_tests")
     return sorted(flags)
 
 
-def read_text(path: str) -> str | None:
+def read_text(path: str, limit: int | None = None) -> str | None:
+    """A regular file's text (at most `limit` + 1 characters, default MAX_MODULE_CHARS + 1); None for a
+    symlink, FIFO, device, folder or an unreadable file: it never follows a link nor blocks."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(MAX_MODULE_CHARS + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, encoding="utf-8", errors="replace", closefd=False) as f:
+            return f.read((limit or MAX_MODULE_CHARS) + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
-def package_sources(root: str, package: str) -> dict[str, str]:
-    """{module: source} of the package's top-level modules: regular files only (a symlink, FIFO or folder
-    named like a module is skipped), at most MAX_MODULE_CHARS each; the package's __init__ is not run."""
+def package_sources(root: str, package: str, modules) -> dict[str, str]:
+    """{module: source} of the package's modules named in `modules` (the task's: a module the agent adds is
+    not loaded), regular files only (a symlink, FIFO or folder in a module's place is skipped), at most
+    MAX_MODULE_CHARS each; the package's __init__ is not run."""
     out = {}
     folder = os.path.join(root, package)
-    if not os.path.isdir(folder) or os.path.islink(folder):
+    if os.path.islink(folder) or not os.path.isdir(folder):
         return out
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        mod = name[:-3]
-        if not name.endswith(".py") or mod == "__init__" or not mod.isidentifier():
-            continue
-        if not stat.S_ISREG(os.lstat(path).st_mode):
-            continue
-        text = read_text(path)
+    for mod in modules:
+        text = read_text(os.path.join(folder, f"{mod}.py"))
         if text is not None and len(text) <= MAX_MODULE_CHARS:
             out[mod] = text
     return out
@@ -375,14 +389,18 @@ def verify_repo(checker, root: str, meta: dict, *, timeout_s: float = 10.0, extr
     share of the initially failing hidden tests now passing, 0 with a regression: the reward mixture's process
     component), flags."""
     flags = sorted(set(workspace_flags(root, meta["files"])) | set(extra_flags))
-    sources = package_sources(root, meta["package"])
+    sources = package_sources(root, meta["package"], meta["modules"])
     program = loader_program(sources, meta["package"], meta["where"])
-    results, hacks = {}, set()
+    results, hacks = dict.fromkeys(meta["hidden"], False), set()
+    failing = set(meta["failing"])
     for name, test in meta["hidden"].items():
         v = checker.check(program, test, "call", timeout_s=timeout_s)
         results[name] = bool(v.passed)
-        hacks |= set(v.details.get("flags") or ())
-    failing = set(meta["failing"])
+        vflags = set(v.details.get("flags") or ())
+        hacks |= {f for f in vflags if not f.startswith("killed_")}  # a timeout or resource kill is no hack
+        timed_out = "killed_deadline" in vflags or v.details.get("killed_for") is not None
+        if (not v.passed and name not in failing) or timed_out:
+            break  # a regression (the score and process credit are 0 whatever follows) or a hang: stop paying
     newly = sorted(n for n in failing if results[n])
     regressions = sorted(n for n, ok in results.items() if not ok and n not in failing)
     flags = sorted(set(flags) | hacks)
@@ -426,7 +444,7 @@ def repo_hidden_tests(task, response: str) -> Verdict:
     try:
         for rel, text in {**task.meta["files"], **written}.items():
             path = os.path.realpath(os.path.join(root, rel))
-            if not path.startswith(os.path.realpath(root) + os.sep):
+            if not path.startswith(os.path.realpath(root) + os.sep) or rel.endswith("/") or os.path.isdir(path):
                 return Verdict(0.0, False, {"error": f"path outside the repository: {rel}", "process": 0.0,
                                             "flags": ["path_out"]})
             os.makedirs(os.path.dirname(path), exist_ok=True)
