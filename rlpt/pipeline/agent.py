@@ -1,10 +1,14 @@
-"""The agent stage (`experiment=agent_code_tiny`): a tiny model from scratch learns the tool-call protocol
-from a noisy teacher's demonstrations (SFT cold start), then GRPO on multi-turn episodes in the sandbox.
+"""The agent stage (`experiment=agent_code_tiny`, `agent_repo_tiny`): a tiny model from scratch learns the
+tool-call protocol from a noisy teacher's demonstrations (SFT cold start), then GRPO on multi-turn episodes in
+the sandbox.
 
-Episodes run in the CodeAgent environment on rlpt.tasks code domains: the policy writes solution.py with
-`write_file`, runs the hidden tests with `run_tests` and is rewarded by them (1 if they pass). The teacher
-shows that protocol, but with probability rl.sft_noise it writes another task's solution, so the cold-start
-policy often writes a wrong function; RL has to fix that from the tests' reward alone.
+- CodeAgent (rlpt.tasks code domains): the policy writes solution.py with `write_file`, runs the hidden tests
+  with `run_tests` and is rewarded by them (1 if they pass).
+- RepoAgent (`agent/repo`): the policy fixes the package with `apply_patch` (one per bug) and `submit`s; the
+  hidden tests grade it.
+
+The teacher shows the protocol, but with probability rl.sft_noise it uses another task's solution or patch, so
+the cold-start policy is often wrong; RL has to fix that from the tests' reward alone.
 """
 import concurrent.futures
 import dataclasses
@@ -27,6 +31,7 @@ from rlpt.train.sft import domain_mixture, get_tokenizer
 from rlpt.train.sft import run as run_sft
 
 SOLUTION = "solution.py"
+REPO_AGENT = "rlpt/RepoAgent-v0"
 
 
 def tool_call(name: str, arguments: dict) -> str:
@@ -62,20 +67,38 @@ def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
     return out
 
 
-def demonstration(make_env, task, content: str) -> list[dict]:
-    """One teacher episode as chat messages; the observations are the real environment's (reset and
-    write_file run in the sandboxed workspace), so SFT sees exactly the tokens RL rollouts will see."""
+def teacher_actions(task, content) -> list[str]:
+    """The teacher's tool calls: CodeAgent `content` is solution.py's text (write it, run the tests); RepoAgent
+    `content` is a list of (path, buggy line, fixed line) patches (apply each, submit). A line is shown without
+    its indentation when that still occurs once in the file (fewer tokens to copy)."""
+    if task.env_id != REPO_AGENT:
+        return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
+    calls = []
+    for path, old, new in content:
+        text = task.meta["files"].get(path, "")
+        short = text.count(old.strip()) == 1 and old.strip() and new.startswith(old[:len(old) - len(old.lstrip())])
+        calls.append(tool_call("apply_patch", {"path": path, "old": old.strip() if short else old,
+                                               "new": new.strip() if short else new}))
+    return calls + [tool_call("submit", {})]
+
+
+def demonstration(make_env, task, content) -> list[dict]:
+    """One teacher episode as chat messages (`teacher_actions`; the last call is not run); the observations are
+    the real environment's (reset and the tool calls run in the sandboxed workspace), so SFT sees exactly the
+    tokens RL rollouts will see."""
     env = make_env(env_task(task))
+    actions = teacher_actions(task, content)
     try:
-        obs0, _ = env.reset(seed=0, options={"task": env_task(task)})
-        write = tool_call("write_file", {"path": SOLUTION, "content": content})
-        obs1, _, terminated, _, _ = env.step(write)
-        if terminated:
-            raise RuntimeError(f"task {task.id}: environment ended after write_file")
+        obs, _ = env.reset(seed=0, options={"task": env_task(task)})
+        msgs = [{"role": "user", "content": obs}]
+        for action in actions[:-1]:
+            obs, _, terminated, _, _ = env.step(action)
+            if terminated:
+                raise RuntimeError(f"task {task.id}: environment ended after {action[:60]}")
+            msgs += [{"role": "assistant", "content": action}, {"role": "tool", "content": obs}]
     finally:
         env.close()
-    return [{"role": "user", "content": obs0}, {"role": "assistant", "content": write},
-            {"role": "tool", "content": obs1}, {"role": "assistant", "content": tool_call("run_tests", {})}]
+    return msgs + [{"role": "assistant", "content": actions[-1]}]
 
 
 def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) -> dict:
@@ -84,12 +107,13 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
     rng = random.Random(f"agent-demos|{cfg.train.seed}")
     contents, wrong = [], 0
     for t in tasks:
-        src = t.meta["answer"]
+        key = "fix" if t.env_id == REPO_AGENT else "answer"
+        src = t.meta[key]
         if rng.random() < noise:
             other = tasks[rng.randrange(count)]
-            wrong += other.meta["answer"] != src
-            src = other.meta["answer"]
-        contents.append(compact_source(src))
+            wrong += other.meta[key] != src
+            src = other.meta[key]
+        contents.append(src if t.env_id == REPO_AGENT else compact_source(src))
     make_env = make_env_fn(cfg, tok)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         demos = list(pool.map(lambda a: demonstration(make_env, *a), zip(tasks, contents)))

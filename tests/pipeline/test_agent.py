@@ -49,6 +49,28 @@ def test_demonstration_is_the_rollout_token_stream():
     assert len(p) <= cfg.rl.rollout.max_prompt_len and len(ids) - len(p) <= cfg.rl.rollout.max_new_tokens
 
 
+def test_repo_teacher_patches_and_submits_and_is_paid():
+    """agent/repo demonstrations: apply_patch per bug (lines without indentation where that is still unique),
+    then submit; the same calls in a fresh RepoAgent episode earn the hidden tests' reward."""
+    from rlpt.pipeline.agent import teacher_actions
+
+    cfg = compose(["experiment=agent_repo_tiny"])
+    tok = builtin_tokenizer()
+    for task in train_tasks(cfg, 3):
+        msgs = demonstration(make_env_fn(cfg, tok), task, task.meta["fix"])
+        assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
+        assert msgs[2]["content"].startswith('<tool_response name="apply_patch">\npatched pkg/')
+        ids, _ = tok.encode_chat(msgs)
+        p = len(prompt_ids(tok, msgs[0]["content"]))
+        assert p <= cfg.rl.rollout.max_prompt_len and len(ids) - p <= cfg.rl.rollout.max_new_tokens
+        env = make_env_fn(cfg, tok)(task)
+        env.reset(seed=0, options={"task": task})
+        for action in teacher_actions(task, task.meta["fix"]):
+            _, reward, terminated, _, info = env.step(action)
+        assert terminated and reward == 1.0 and info["verdict"]["passed"]
+        env.close()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_policy_runs_sandboxed_tool_calls_over_turns(tmp_path):
