@@ -269,7 +269,7 @@ def make_repo(rng: random.Random, tier: int) -> dict:
 
 
 HOOK_FILES = ("conftest.py", "sitecustomize.py", "usercustomize.py")
-MAX_MODULE_CHARS = 50_000
+MAX_MODULE_BYTES = 50_000
 
 
 def workspace_flags(root: str, files: dict[str, str]) -> list[str]:
@@ -295,51 +295,41 @@ def workspace_flags(root: str, files: dict[str, str]) -> list[str]:
                     inside = target == real_root or target.startswith(real_root + os.sep)
                     flags.add("symlink" if inside else "symlink_out")
                 elif not stat.S_ISREG(st.st_mode):
-                    if guarded and not (rel == "tests" and stat.S_ISDIR(st.st_mode)) and not (
-                            stat.S_ISDIR(st.st_mode) and rel.startswith("tests" + os.sep + "__pycache__")):
+                    if guarded and not stat.S_ISDIR(st.st_mode):  # a FIFO, socket or device among the tests
                         flags.add("patched_runner" if rel == "run_tests.py" else "edited_tests")
                     continue
                 if name in HOOK_FILES or name.endswith(".pth"):
                     flags.add("hook_file")
-                if guarded and not rel.endswith(".pyc") and read_text(path) != files.get(rel):
+                if guarded and not rel.endswith(".pyc") and _text(root, rel) != files.get(rel):
                     flags.add("patched_runner" if rel == "run_tests.py" else "edited_tests")
     except OSError:  # a path too long to stat, a folder that vanished: the workspace is not gradable
         flags.add("unreadable_workspace")
-    for rel in files:  # a deleted test or runner is an edit too
-        if (rel.startswith("tests/") or rel == "run_tests.py") and not os.path.lexists(os.path.join(root, rel)):
+    for rel in files:  # a test or the runner deleted or replaced by something else than a file is an edit too
+        path = os.path.join(root, rel)
+        regular = os.path.lexists(path) and stat.S_ISREG(os.lstat(path).st_mode)
+        if (rel.startswith("tests/") or rel == "run_tests.py") and not regular:
             flags.add("patched_runner" if rel == "run_tests.py" else "edited_tests")
     return sorted(flags)
 
 
-def read_text(path: str, limit: int | None = None) -> str | None:
-    """A regular file's text (at most `limit` + 1 characters, default MAX_MODULE_CHARS + 1); None for a
-    symlink, FIFO, device, folder or an unreadable file: it never follows a link nor blocks."""
+def _text(root: str, rel: str, max_bytes: int = MAX_MODULE_BYTES + 1) -> str | None:
+    """`read_inside`'s text of a workspace file, None where it is absent or not a regular file."""
+    from rlpt.envs.sandbox.workspace import read_inside  # on use (start-up: gymnasium, via rlpt.envs)
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        return read_inside(root, rel, max_bytes)
+    except ValueError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, encoding="utf-8", errors="replace", closefd=False) as f:
-            return f.read((limit or MAX_MODULE_CHARS) + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def package_sources(root: str, package: str, modules) -> dict[str, str]:
     """{module: source} of the package's modules named in `modules` (the task's: a module the agent adds is
-    not loaded), regular files only (a symlink, FIFO or folder in a module's place is skipped), at most
-    MAX_MODULE_CHARS each; the package's __init__ is not run."""
+    not loaded), regular files inside the workspace only (a FIFO or folder in a module's place, or a link out,
+    is skipped), at most MAX_MODULE_BYTES each; the package's __init__ is not run."""
     out = {}
-    folder = os.path.join(root, package)
-    if os.path.islink(folder) or not os.path.isdir(folder):
-        return out
     for mod in modules:
-        text = read_text(os.path.join(folder, f"{mod}.py"))
-        if text is not None and len(text) <= MAX_MODULE_CHARS:
+        text = _text(root, f"{package}/{mod}.py")
+        if text is not None and len(text) <= MAX_MODULE_BYTES:
             out[mod] = text
     return out
 
@@ -435,7 +425,8 @@ def response_files(response: str) -> dict[str, str]:
 def repo_hidden_tests(task, response: str) -> Verdict:
     """A text answer without tools (the no-tool baseline): the files it writes (`response_files`) over a copy of
     the task's repository, graded by `verify_repo`. The answer sees the prompt only, not the code."""
-    from rlpt.envs.sandbox import default_checker  # on use (start-up: the sandbox's grader pool)
+    from rlpt.envs.sandbox import default_checker  # on use (start-up: gymnasium, the sandbox's grader pool)
+    from rlpt.envs.sandbox.workspace import write_inside  # on use (start-up: gymnasium, via rlpt.envs)
 
     written = response_files(response)
     if not written:
@@ -443,13 +434,10 @@ def repo_hidden_tests(task, response: str) -> Verdict:
     root = tempfile.mkdtemp(prefix="rlpt_repo_")
     try:
         for rel, text in {**task.meta["files"], **written}.items():
-            path = os.path.realpath(os.path.join(root, rel))
-            if not path.startswith(os.path.realpath(root) + os.sep) or rel.endswith("/") or os.path.isdir(path):
-                return Verdict(0.0, False, {"error": f"path outside the repository: {rel}", "process": 0.0,
-                                            "flags": ["path_out"]})
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(text)
+            try:
+                write_inside(root, rel, text, None)
+            except ValueError as e:  # a path out of the repository, onto a folder
+                return Verdict(0.0, False, {"error": str(e), "process": 0.0, "flags": ["path_out"]})
         return verify_repo(default_checker(), root, task.meta)
     finally:
         shutil.rmtree(root, ignore_errors=True)
