@@ -52,12 +52,16 @@ class ShellAgentEnv(WorkspaceEnv):
             out[rel] = got is None if want is None else got == want
         return out
 
+    def run_shell(self, command: str) -> str:
+        """One `shell` call: a fresh /bin/sh in the sandbox (TerminalAgent keeps one alive instead)."""
+        return self.run_command(["/bin/sh", "-c", command])
+
     def _dispatch(self, call):
         err = self.registry.validate(call.name, call.arguments)
         if err:
             return f"error: {err}", False, 0.0, {"error": "invalid_call"}
         if call.name == "shell":
-            text = self.run_command(["/bin/sh", "-c", call.arguments["command"]])
+            text = self.run_shell(call.arguments["command"])
             state = self.target_state()
             if all(state.values()):
                 return text, True, 1.0, {"target": state}

@@ -59,16 +59,17 @@ def base_rows(traj, cfg: Config, row_len: int) -> dict:
 
 
 def make_batch(traj, cfg: Config, row_len: int, ref_logp: np.ndarray | None = None,
-               values: np.ndarray | None = None) -> tuple[dict, dict]:
+               values: np.ndarray | None = None, rows: dict | None = None) -> tuple[dict, dict]:
     """Rows with advantages from the registry; old_logp = the rollout's log-probs (behaviour policy).
 
     ref_logp (B, T), the reference policy's log-probs of the rows' targets (rl.algo.kl_in=reward): the advantage
     estimator gets token rewards r_t - kl_coef * kl_t (`rlpt.algos.kl_in_reward` on the rollout log-probs; an
     outcome estimator sums them per row, as verl's use_kl_in_reward).
     values (B, T), the value head's V(s_t) before the update (rl.algo.advantage=gae): the estimator's input, and
-    with its returns the value loss's targets (batch old_values, returns)."""
+    with its returns the value loss's targets (batch old_values, returns).
+    rows: `base_rows(traj, cfg, row_len)` built already (filled in place), else built here."""
     algo = cfg.rl.algo
-    rows = base_rows(traj, cfg, row_len)
+    rows = base_rows(traj, cfg, row_len) if rows is None else rows
     rewards = jnp.asarray(traj.rewards)
     if algo.overlong_buffer > 0:
         rewards = rewards + soft_overlong_penalty(jnp.asarray(traj.lengths), cfg.rl.rollout.max_new_tokens,
@@ -313,7 +314,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         if deferred:  # the reference's log-probs and the values before the update, then the advantages
             ref_logp = rows_logp(trainer, trainer.state.frozen["ref"], batch, share) if kl_reward else None
             values = None if critic is None else rows_logp(trainer, trainer.state.params, batch, share, values=True)
-            batch, more = make_batch(traj, cfg, row_len, ref_logp=ref_logp, values=values)
+            batch, more = make_batch(traj, cfg, row_len, ref_logp=ref_logp, values=values, rows=batch)
             bmetrics = bmetrics | more
         if algo.old_logp == "recompute":
             batch = recompute_old_logp(trainer, batch, share)
