@@ -75,10 +75,9 @@ def teacher_actions(task, content) -> list[str]:
         return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
     calls = []
     for path, old, new in content:
-        text = task.meta["files"].get(path, "")
-        short = text.count(old.strip()) == 1 and old.strip() and new.startswith(old[:len(old) - len(old.lstrip())])
-        calls.append(tool_call("apply_patch", {"path": path, "old": old.strip() if short else old,
-                                               "new": new.strip() if short else new}))
+        if task.meta["files"].get(path, "").count(old.strip()) == 1:  # both lines share the indentation
+            old, new = old.strip(), new.strip()
+        calls.append(tool_call("apply_patch", {"path": path, "old": old, "new": new}))
     return calls + [tool_call("submit", {})]
 
 
