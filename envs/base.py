@@ -88,6 +88,20 @@ class TextEnv(gym.Env, abc.ABC):
             self._end_episode()
         return self._observe(obs), float(reward), bool(terminated), truncated, info
 
+    def episode_state(self) -> dict:
+        """The running episode as JSON-able values, to pause it between RL steps (`rlpt.rollout.partial`);
+        `restore_episode` on an env reset with the same task and seed brings it back. Environments that hold
+        more per-episode state extend both."""
+        if self.task is None or self._done:
+            raise RuntimeError("episode_state() needs a running episode")
+        return {"steps": self.steps, "last_obs": self._last_obs}
+
+    def restore_episode(self, state: dict) -> None:
+        """Continue the episode `state` (`episode_state`) in this env, just reset with its task and seed."""
+        if self.task is None or self._done or self.steps:
+            raise RuntimeError("restore_episode() needs an env just reset with the episode's task")
+        self.steps, self._last_obs = int(state["steps"]), state["last_obs"]
+
     def _observe(self, text: str) -> str:
         self._last_obs = truncate(text, self.obs_budget, self.count_tokens)
         return self._last_obs

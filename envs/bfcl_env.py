@@ -137,6 +137,13 @@ class BfclEnv(ToolEnv):
         self.registry, self.calls = reg, []
         return render_prompt(task.prompt), {"tools": reg.specs()}
 
+    def episode_state(self) -> dict:
+        return {**super().episode_state(), "calls": self.calls}
+
+    def restore_episode(self, state: dict) -> None:
+        super().restore_episode(state)
+        self.calls = [dict(c) for c in state["calls"]]
+
     def _dispatch(self, call):
         err = self.registry.validate(call.name, call.arguments)
         if err:

@@ -74,6 +74,13 @@ class RepoAgentEnv(WorkspaceEnv):
         prompt = task.prompt if isinstance(task.prompt, str) else repo_prompt(task.meta)
         return f"{prompt}\n\nTools: {', '.join(self.registry.names())}.", {"tools": self.registry.specs()}
 
+    def episode_state(self) -> dict:
+        return {**super().episode_state(), "flags": sorted(self.flags)}
+
+    def restore_episode(self, state: dict) -> None:
+        super().restore_episode(state)
+        self.flags = set(state["flags"])
+
     def grade(self) -> Verdict:
         v = verify_repo(self.checker, self.ws.path, self.task.meta, timeout_s=self.limits.wall_s,
                         extra_flags=self.flags)

@@ -7,7 +7,7 @@ import os
 from rlpt.envs.base import ToolEnv
 from rlpt.envs.sandbox import Limits, default_checker
 from rlpt.envs.sandbox.layers import sandbox_python
-from rlpt.envs.sandbox.workspace import CopyReport, Workspace, read_inside, write_inside
+from rlpt.envs.sandbox.workspace import CopyReport, Workspace, dump_tree, load_tree, read_inside, write_inside
 
 _log = logging.getLogger(__name__)
 
@@ -55,6 +55,15 @@ class WorkspaceEnv(ToolEnv):
 
     def python_argv(self) -> list[str]:
         return [sandbox_python(), "-"]  # not -I: the policy's code may import its own workspace modules
+
+    def episode_state(self) -> dict:
+        """The base state plus the workspace's files (`dump_tree`: regular files, folders and links; a FIFO,
+        socket or device in it is a ValueError)."""
+        return {**super().episode_state(), "workspace": dump_tree(self.ws.path, self.limits.workspace_mb << 20)}
+
+    def restore_episode(self, state: dict) -> None:
+        super().restore_episode(state)
+        load_tree(self.ws.path, state["workspace"], self.uid.uid if self.uid is not None else None)
 
     def keep_if_failed(self, passed: bool) -> None:
         """Copy a failed episode's workspace aside for the data flywheel (when keep_failed_dir is set).

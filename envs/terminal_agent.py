@@ -32,6 +32,10 @@ class TerminalAgentEnv(ShellAgentEnv):
         return (f"{render_prompt(task.prompt)}\n\nTools: shell (one terminal for the whole task: cd, variables and "
                 "background jobs persist), submit."), info
 
+    def episode_state(self) -> dict:
+        raise ValueError("a TerminalAgent episode cannot be paused: its live shell (working directory, variables, "
+                         "background jobs) is not part of a checkpoint; set rl.rollout.partial.enabled=false")
+
     def run_shell(self, command: str) -> str:
         r = self.session.run(command, timeout_s=self.limits.wall_s)
         note = {"deadline": " (killed: deadline)", "output": " (killed: output)",

@@ -10,6 +10,7 @@ symlinks and without blocking (a FIFO would hang the reader), accept regular fil
 modes without setuid, setgid or sticky bits.
 """
 
+import base64
 import collections
 import ctypes
 import ctypes.util
@@ -366,3 +367,67 @@ _KINDS = (
 def _kind(mode: int) -> str:
     kind = next((k for test, k in _KINDS if test(mode)), f"file type {stat.S_IFMT(mode):o}")
     return f"{kind}: not copied"
+
+
+def dump_tree(root: str, max_bytes: int) -> dict:
+    """A workspace's contents as JSON-able entries, to pause an episode and bring it back (`load_tree`):
+    {relative path: ["dir", mode] | ["file", mode, base64 bytes] | ["link", target]}.
+
+    Walks without following symlinks (a link is kept as its target text) and reads regular files only, opened
+    O_NOFOLLOW | O_NONBLOCK; modes keep the 0o777 bits. ValueError naming the path for a FIFO, socket or device,
+    or once the files pass max_bytes in all.
+    """
+    out, total = {}, 0
+    for top, dirs, files in os.walk(root, followlinks=False):
+        for name in sorted(dirs) + sorted(files):
+            full = os.path.join(top, name)
+            rel = os.path.relpath(full, root)
+            st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ["link", os.readlink(full)]
+            elif stat.S_ISDIR(st.st_mode):
+                out[rel] = ["dir", stat.S_IMODE(st.st_mode) & 0o777]
+            elif stat.S_ISREG(st.st_mode):
+                fd = os.open(full, _O_READ)
+                _require_regular(fd, rel)
+                with os.fdopen(fd, "rb") as fh:
+                    data = fh.read(max_bytes - total + 1)
+                total += len(data)
+                if total > max_bytes:
+                    raise ValueError(f"workspace files pass {max_bytes} bytes at {rel!r}; it cannot be saved")
+                out[rel] = ["file", stat.S_IMODE(st.st_mode) & 0o777, base64.b64encode(data).decode("ascii")]
+            else:
+                raise ValueError(f"{rel!r} is a {_kind(st.st_mode).split(':')[0]}; a workspace with one cannot "
+                                 "be saved")
+    return out
+
+
+def load_tree(root: str, tree: dict, owner: int | None) -> None:
+    """Make `root`'s contents exactly `tree` (from `dump_tree`): everything in it is removed first, then the
+    folders, files and links are made in path order, owned by `owner`."""
+    modes = []
+    for name in os.listdir(root):
+        full = os.path.join(root, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.unlink(full)
+    for rel in sorted(tree):
+        kind, *rest = tree[rel]
+        full = os.path.join(resolve_inside(root, os.path.dirname(rel) or "."), os.path.basename(rel))
+        if kind == "dir":
+            os.mkdir(full, 0o700)
+            modes.append((full, rest[0]))  # set last: a read-only folder must still take its entries
+        elif kind == "file":
+            fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, rest[0])
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(base64.b64decode(rest[1]))
+                os.fchmod(fh.fileno(), rest[0])
+        elif kind == "link":
+            os.symlink(rest[0], full)
+        else:
+            raise ValueError(f"workspace entry {rel!r} has kind {kind!r}; expected dir, file or link")
+        if owner is not None:
+            os.lchown(full, owner, owner)
+    for full, mode in reversed(modes):
+        os.chmod(full, mode)

@@ -188,6 +188,22 @@ class CriticConfig:
 
 
 @dataclasses.dataclass
+class PartialConfig:
+    """Partial rollouts for multi-turn agents (`rlpt.rollout.partial`, APRIL-style): each step runs more groups
+    than it trains on and ends once prompts_per_step groups have finished; the unfinished episodes are paused
+    (workspace, tokens, log-probs, counters) into the run's checkpoint and continued by later policies, their
+    tokens corrected by the PPO ratio against the log-probs they were sampled with."""
+
+    enabled: bool = False
+    # groups in flight beyond prompts_per_step (drawn once, on the run's first step): the slack that lets a step
+    # end without its slowest groups; 0: every step waits for all its groups (no episode is paused)
+    extra_groups: int = num(0, ge=0)
+    # a group started max_lag steps ago is run to the end in the current step, so no trained token is older than
+    # max_lag + ceil(extra_groups / prompts_per_step) policy versions
+    max_lag: int = num(2, ge=1)
+
+
+@dataclasses.dataclass
 class RolloutConfig:
     """Generation for RL: groups of `group_size` samples per task share one prefill."""
 
@@ -221,6 +237,7 @@ class RolloutConfig:
     # prompt, a few-shot preamble) is run once per policy version and copied into every row's cache; 0: off.
     # Metrics: prefix_reused_fraction (prompt tokens not recomputed), prefix_hits.
     prefix_cache_min_tokens: int = num(0, ge=0)
+    partial: PartialConfig = dataclasses.field(default_factory=PartialConfig)
 
 
 @dataclasses.dataclass
@@ -496,6 +513,19 @@ class Config:
             if self.model.vision is not None:
                 raise ConfigError("rl.algo.advantage=gae (a value head) does not combine with model.vision yet; "
                                   "choose another rl.algo.advantage")
+        if self.rl.rollout.partial.enabled:
+            self._check_partial()
+
+    def _check_partial(self) -> None:
+        if self.stage != "agent":
+            raise ConfigError(f"rl.rollout.partial.enabled=true pauses multi-turn agent episodes (stage=agent); "
+                              f"stage={self.stage} has none: set it false")
+        if self.model.vision is not None:
+            raise ConfigError("rl.rollout.partial.enabled=true does not combine with model.vision yet; set it false")
+        if self.rl.algo.old_logp == "recompute" and self.rl.algo.correction_level == "none":
+            raise ConfigError("rl.rollout.partial.enabled=true trains on tokens sampled by older policies, and "
+                              "rl.algo.old_logp=recompute with rl.algo.correction_level=none drops their importance "
+                              "weights: use old_logp=rollout or a correction_level")
 
 
 # the stages that run rlpt.pipeline.rl.run_rl (read rl.algo, rl.rollout)

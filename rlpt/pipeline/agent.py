@@ -25,6 +25,7 @@ from rlpt.eval.heldout import family_means, heldout_tasks
 from rlpt.observe.observers import default_observers
 from rlpt.pipeline.rl import run_rl
 from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
+from rlpt.rollout.partial import PartialRollout
 from rlpt.tasks import get_domain
 from rlpt.train.loop import finish_run
 from rlpt.train.sft import domain_mixture, get_tokenizer
@@ -124,6 +125,13 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
     return {"demos": count, "demos_wrong": wrong, "demo_tokens_max": max(lengths)}
 
 
+def agent_rollout(cfg: Config):
+    """The RL stage's rollout_fn: multi-turn episodes, paused across steps with rl.rollout.partial.enabled."""
+    if cfg.rl.rollout.partial.enabled:
+        return PartialRollout(cfg.rl.rollout, max_turns=cfg.rl.rollout.max_turns)
+    return functools.partial(rollout, max_turns=cfg.rl.rollout.max_turns)
+
+
 def evaluate_agent(model, tok, tasks, rcfg, seed: int) -> dict:
     """Greedy multi-turn episodes on held-out tasks: pass rate (overall and per problem family), mean turns and
     tool calls per episode."""
@@ -176,7 +184,7 @@ def run(cfg: Config) -> dict:
     stats = EpisodeStats()
     rl_dir = os.path.join(out, "rl")
     rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=rl_dir, observers=[stats, *default_observers(cfg, rl_dir)],
-                rollout_fn=functools.partial(rollout, max_turns=cfg.rl.rollout.max_turns))
+                rollout_fn=agent_rollout(cfg))
     rl_eval = evaluate_agent(rl["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)
     print(f"[eval rl]  held-out pass@1 {rl_eval['pass1']:.3f}, {rl_eval['turns']:.2f} turns and "
           f"{rl_eval['tool_calls']:.2f} tool calls per episode", flush=True)

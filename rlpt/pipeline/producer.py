@@ -112,11 +112,14 @@ class Producer:
                 del self.snapshots[v]
             model, cstate = self.snapshots[need]
         rng = np.random.default_rng([self.cfg.train.seed, 11, step])
-        tasks = self.curriculum.tasks(cstate, step, rng, self.cfg.rl.rollout.prompts_per_step)
-        mine, kwargs = tasks, {}
+        n, kwargs = self.cfg.rl.rollout.prompts_per_step, {}
+        if getattr(self.rollout_fn, "stateful", False):  # partial rollouts: new tasks beside the paused ones
+            n, kwargs = self.rollout_fn.tasks_wanted(), {"step": step}
+        tasks = self.curriculum.tasks(cstate, step, rng, n)
+        mine = tasks
         if jax.process_count() > 1:  # this process's share of the step: whole groups
             share = host_rows(len(tasks), "rl.rollout.prompts_per_step")
-            mine, kwargs = tasks[share], {"row_offset": share.start * self.cfg.rl.rollout.group_size}
+            mine, kwargs = tasks[share], kwargs | {"row_offset": share.start * self.cfg.rl.rollout.group_size}
         traj = self.rollout_fn(model, self.tok, mine, self.cfg.rl.rollout,
                                seed=self.cfg.train.seed * 1_000_003 + step, version=need, **kwargs)
         traj = mix_rewards(traj, self.mixture)

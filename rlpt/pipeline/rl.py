@@ -199,6 +199,10 @@ def step_row(step: int, traj, metrics: dict, bmetrics: dict, group_size: int) ->
            "staleness": (step - 1) - traj.version, "policy_version": traj.version,
            "tokens_generated": generated_tokens(traj), "tokens_trained": ntok} | bmetrics
     row |= {k: v / ntok for k, v in metrics.items() if k.startswith(("pg/", "critic/"))}
+    if traj.row_versions is not None:  # partial rollouts: episodes begun by older policies
+        lag = (step - 1) - traj.row_versions
+        row |= {"episode_staleness_max": int(lag.max()), "episode_staleness_mean": float(lag.mean()),
+                "continued_fraction": float(np.mean(traj.row_versions < traj.version))}
     for d in sorted({t.domain for t in traj.tasks}):
         idx = [i for i, t in enumerate(traj.tasks) if t.domain == d]
         row[f"reward/{d}"] = float(np.concatenate([traj.rewards[i * group_size:(i + 1) * group_size]
@@ -276,6 +280,10 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
             raise ValueError(f"rl.ppo_epochs={epochs}, but the checkpoint in {out_dir} was written with "
                              f"rl.ppo_epochs={meta.get('ppo_epochs', 1)}; resume with that value or a new out_dir")
     start = int(trainer.state.step) // epochs
+    rollout_fn = rollout_fn or rollout
+    stateful = getattr(rollout_fn, "stateful", False)  # partial rollouts: paused episodes live in the checkpoint
+    if stateful and meta is not None:
+        rollout_fn.load(meta.get("episodes"), start)
     row_len = cfg.rl.rollout.max_prompt_len + cfg.rl.rollout.max_new_tokens
     runlog = RunLog(out_dir, resume_at=start, tensorboard=False)  # TensorBoard: an observer
     n_restored = len(runlog.history)
@@ -284,7 +292,7 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
     ckpt_every = cfg.train.ckpt_every if trainer.checkpointer is not None else 0
     prepare = (lambda traj: (base_rows(traj, cfg, row_len), {})) if deferred else (
         lambda traj: make_batch(traj, cfg, row_len))
-    producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn or rollout,
+    producer = Producer(cfg, tok, curriculum, cstate, start, trainer.model(), rollout_fn,
                         prepare, asynchronous=asynchronous, ckpt_every=ckpt_every,
                         mixture=RewardMixture(cfg.reward), sampler_devices=sampler_devices)
     n_params = int(sum(np.size(x) for x in jax.tree.leaves(trainer.model().params)))
@@ -354,10 +362,16 @@ def run_rl(cfg: Config, tok, *, init_model, out_dir: str, evaluate_fn=None, obse
         cur["eval_s"] = time.time() - t
         return {}
 
+    def checkpoint_meta():
+        meta = {"curriculum": encode_state(cstate), "ppo_epochs": epochs}
+        if stateful:
+            meta["episodes"] = rollout_fn.state_at(int(trainer.state.step) // epochs)
+        return meta
+
     closed = []
     try:
         loop = run_loop(trainer, next_batch, LoopHooks(
-            train=train, row=row, after=after, meta=lambda: {"curriculum": encode_state(cstate), "ppo_epochs": epochs},
+            train=train, row=row, after=after, meta=checkpoint_meta,
             evaluate=evaluate if evaluate_fn is not None else None),
             steps=cfg.rl.steps, start=start, log=runlog, log_every=cfg.train.log_every, progress=cfg.train.progress,
             eval_every=cfg.rl.eval_every, show=("loss", "reward_mean", "pass_rate"))

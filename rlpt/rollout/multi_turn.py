@@ -7,6 +7,7 @@ out: the policy's ids are kept as sampled, only the environment's text is tokeni
 """
 import concurrent.futures
 import dataclasses
+import functools
 import time
 
 import numpy as np
@@ -81,6 +82,17 @@ def default_env(task, *, max_turns: int, time_limit_s: float, obs_budget: int, c
                     count_tokens=count_tokens)
 
 
+def env_factory(tok, rcfg, max_turns: int):
+    """make_env(task) -> a fresh env for one episode: `default_env` here, or in the fleet's EnvHost actors
+    (fleet=ray with fleet.envs)."""
+    env_kwargs = dict(time_limit_s=rcfg.episode_timeout_s, obs_budget=observation_budget(tok, rcfg),
+                      count_tokens=lambda s: len(tok.encode(s)))
+    hosts = current().envs
+    if hosts is not None:
+        return hosts.factory(max_steps=max_turns, **env_kwargs)
+    return functools.partial(default_env, max_turns=max_turns, **env_kwargs)
+
+
 def observation_budget(tok, rcfg) -> int:
     """Tokens an observation's text may take: the first one must fit rl.rollout.max_prompt_len with its template."""
     budget = rcfg.max_prompt_len - len(prompt_ids(tok, ""))
@@ -119,6 +131,47 @@ def _step_all(pool, eps, rows, actions):
             yield r, obs
 
 
+def take_turns(tok, gen, eps, rows, gen_rows=None) -> dict:
+    """Append each row's newly sampled turn (row r is generation row gen_rows[i], default r itself) to its
+    episode and end it on the token budget or its deadline; returns {row: action text} for the envs."""
+    actions = {}
+    for i, r in enumerate(rows):
+        g = r if gen_rows is None else gen_rows[i]
+        ep, n = eps[r], int(gen.lengths[g])
+        ep.add("policy", gen.tokens[g, :n], gen.logprobs[g, :n])
+        ep.turns += 1
+        if gen.finish_reason[g] != "stop":
+            ep.end("budget")
+        elif time.monotonic() > ep.deadline:
+            ep.end("timeout", "episode deadline passed during generation")
+        else:
+            actions[r] = response_text(tok, gen.tokens[g, :n])
+    return actions
+
+
+def observe(tok, pool, eps, actions, task_ids, N, max_turns, vision=None):
+    """Run the actions in the rows' envs and append each observation as a tool turn; returns per row (appended ids
+    or None for a row that ended, the token room left, the observation's pixel values or None)."""
+    appended, limits, new_images = [None] * len(eps), np.ones(len(eps), np.int32), [None] * len(eps)
+    for r, obs in _step_all(pool, eps, list(actions), actions):
+        text, px, tiles = observation_parts(obs, vision, f"task {task_ids[r]} turn {eps[r].turns}")
+        ids = observation_ids(tok, text)
+        if px is not None:
+            ids = expand_image_markers(tok, ids, vision, len(tiles), tiles)
+        room = N - len(eps[r].tokens) - len(ids)
+        if eps[r].turns >= max_turns:
+            eps[r].end("turn_limit")  # a custom env without its own step limit
+        elif room < 1:
+            eps[r].end("budget")
+        else:
+            eps[r].add("tool", ids)
+            appended[r], limits[r] = ids, room
+            if px is not None:
+                eps[r].images.append(px)
+                new_images[r] = px
+    return appended, limits, new_images
+
+
 def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int, make_env=None,
             workers: int = 8, row_offset: int = 0) -> Trajectories:
     """rcfg.group_size episodes per task, at most max_turns policy turns and rcfg.max_new_tokens tokens
@@ -131,14 +184,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
     if max_turns < 1:
         raise ValueError(f"max_turns={max_turns}; expected >= 1")
     if make_env is None:
-        env_kwargs = dict(time_limit_s=rcfg.episode_timeout_s, obs_budget=observation_budget(tok, rcfg),
-                          count_tokens=lambda s: len(tok.encode(s)))
-        hosts = current().envs
-        if hosts is not None:  # fleet=ray with fleet.envs: the environments live in the fleet's EnvHost actors
-            make_env = hosts.factory(max_steps=max_turns, **env_kwargs)
-        else:
-            def make_env(task):
-                return default_env(task, max_turns=max_turns, **env_kwargs)
+        make_env = env_factory(tok, rcfg, max_turns)
     vision = policy_vision(model)  # a VisionLanguageModel: observations may hold images
     stops = tuple(tok.eos_ids)
     sampling = dict(sampling=SamplingParams.of(rcfg), stop_ids=stops, quant=rcfg.quant, quant_group=rcfg.quant_group,
@@ -168,7 +214,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                 continue
             if first[r // G] is None:
                 first[r // G] = obs
-            elif not _same_observation(obs, first[r // G]):
+            elif not same_observation(obs, first[r // G]):
                 raise ValueError(f"task {tasks[r // G].id}: episodes of one group start from different "
                                  "observations; a group shares one prompt (make the env's reset deterministic)")
         prompts, pixels = [], []
@@ -199,36 +245,10 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
         gen_s += time.monotonic() - t1
         turn_rows = [r for r, ep in enumerate(eps) if ep.status == "running"]
         while True:
-            actions = {}
-            for r in turn_rows:
-                ep, n = eps[r], int(gen.lengths[r])
-                ep.add("policy", gen.tokens[r, :n], gen.logprobs[r, :n])
-                ep.turns += 1
-                if gen.finish_reason[r] != "stop":
-                    ep.end("budget")
-                elif time.monotonic() > ep.deadline:
-                    ep.end("timeout", "episode deadline passed during generation")
-                else:
-                    actions[r] = response_text(tok, gen.tokens[r, :n])
+            actions = take_turns(tok, gen, eps, turn_rows)
             t1 = time.monotonic()
-            appended, limits = [None] * len(eps), np.ones(len(eps), np.int32)
-            new_images = [None] * len(eps)
-            for r, obs in _step_all(pool, eps, list(actions), actions):
-                text, px, tiles = observation_parts(obs, vision, f"task {tasks[r // G].id} turn {eps[r].turns}")
-                ids = observation_ids(tok, text)
-                if px is not None:
-                    ids = expand_image_markers(tok, ids, vision, len(tiles), tiles)
-                room = N - len(eps[r].tokens) - len(ids)
-                if eps[r].turns >= max_turns:
-                    eps[r].end("turn_limit")  # a custom env without its own step limit
-                elif room < 1:
-                    eps[r].end("budget")
-                else:
-                    eps[r].add("tool", ids)
-                    appended[r], limits[r] = ids, room
-                    if px is not None:
-                        eps[r].images.append(px)
-                        new_images[r] = px
+            appended, limits, new_images = observe(tok, pool, eps, actions, [tasks[r // G].id for r in range(len(eps))],
+                                                   N, max_turns, vision)
             env_s += time.monotonic() - t1
             turn_rows = [r for r, a in enumerate(appended) if a is not None]
             if not turn_rows:
@@ -239,19 +259,25 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
             gen = continue_generation(model, gen, appended, limits, **sampling, **more)
             gen_s += time.monotonic() - t1
     finally:
-        for ep in eps:
-            if ep.pending is not None:  # close the env once its stalled call returns
-                ep.pending.add_done_callback(lambda _f, ep=ep: ep.env.close() if ep.env is not None else None)
-            elif ep.env is not None:
-                try:
-                    ep.env.close()
-                except Exception:  # noqa: BLE001,S110  (closing a crashed env must not hide the real error)
-                    pass
+        close_envs(eps)
         pool.shutdown(wait=False, cancel_futures=True)
     return _trajectories(tok, tasks, prompts, eps, G, N, version, gen_s, env_s, prefix)
 
 
-def _same_observation(a, b) -> bool:
+def close_envs(eps) -> None:
+    """Close the episodes' envs; one whose call stalled past its deadline closes once that call returns."""
+    for ep in eps:
+        if ep.pending is not None:
+            ep.pending.add_done_callback(lambda _f, ep=ep: ep.env.close() if ep.env is not None else None)
+        elif ep.env is not None:
+            try:
+                ep.env.close()
+            except Exception:  # noqa: BLE001,S110  (closing a crashed env must not hide the real error)
+                pass
+        ep.env = None if ep.pending is None else ep.env
+
+
+def same_observation(a, b) -> bool:
     """Equal observations: text as ==, dict observations key by key with images compared as arrays."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(

@@ -51,6 +51,9 @@ class Trajectories:
     prefix_stats: dict | None = None  # rl.rollout.prefix_cache_min_tokens: PrefixCache.stats() of the step
     images: list | None = None  # a vision-language policy: per row its prompt's pixel_values (n, C, H, W)
     dropped: np.ndarray | None = None  # (R,) rows whose task had a corrupt image: sampled on blank pixels, no loss
+    # (R,) partial rollouts (rlpt.rollout.partial): the policy version that sampled each row's first token (older
+    # than `version` for an episode continued from an earlier step)
+    row_versions: np.ndarray | None = None
 
 
 def concat_trajectories(parts: list, tasks: list) -> Trajectories:

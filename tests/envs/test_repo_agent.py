@@ -222,3 +222,31 @@ def test_workspace_flags_on_a_plain_folder(tmp_path):
     os.remove(tmp_path / "run_tests.py")
     os.symlink("a.py", tmp_path / "pkg" / "b.py")
     assert workspace_flags(str(tmp_path), files) == ["patched_runner", "symlink"]
+
+
+def test_a_paused_episode_comes_back_whole():
+    """episode_state / restore_episode (partial rollouts pause episodes between RL steps): the step count, the
+    flags and the workspace file for file come back in a fresh env, and the episode goes on from there."""
+    task = _task(3, 2)
+    a = gym.make("rlpt/RepoAgent-v0", max_steps=6)
+    a.reset(seed=0, options={"task": task})
+    _fix(a, task.meta)
+    a.step(call("write_file", {"path": "tests/test_extra.py", "content": "def test_x():\n    assert True\n"}))
+    a.step(call("run", {"command": "mkdir -p notes && echo hi > notes/a.txt && chmod 700 notes"}))
+    state = a.unwrapped.episode_state()
+    a.close()
+    b = gym.make("rlpt/RepoAgent-v0", max_steps=6)
+    b.reset(seed=0, options={"task": task})
+    b.unwrapped.restore_episode(state)
+    u = b.unwrapped
+    assert u.steps == len(task.meta["fix"]) + 2 and "notes/a.txt" in state["workspace"]
+    assert u.episode_state() == state
+    assert u.read("notes/a.txt") == "hi\n" and os.stat(os.path.join(u.ws.path, "notes")).st_mode & 0o777 == 0o700
+    assert all(u.read(path).count(new) == 1 for path, _, new in task.meta["fix"])  # the fix came back
+    r, details = _submit(b)  # and so did the added test file: flagged, 0
+    assert r == 0.0 and "edited_tests" in details["flags"]
+    b.close()
+    with pytest.raises(RuntimeError, match="just reset"):
+        b.reset(seed=0, options={"task": task})
+        b.step(call("list_dir", {}))
+        b.unwrapped.restore_episode(state)
