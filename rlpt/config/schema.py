@@ -271,6 +271,9 @@ class RLConfig:
     sft_target_pass: float = num(0.0, ge=0, le=1)
     sft_check_every: int = num(25, ge=1)
     sft_dev_per_domain: int = num(100, ge=1)
+    # agent stage: SFT steps of the no-tool baseline, a same-size policy trained from scratch on the train tasks'
+    # single-turn answers and graded on the held-out tasks by the domain's verifier (no_tool_pass1); 0: not run
+    no_tool_steps: int = num(0, ge=0)
 
     def __post_init__(self):
         """The deprecation path of rl.algo.logits_window / rl.algo.share_prefix: a value set there moves to rl.exec

@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import random
+import re
 import time
 
 import numpy as np
@@ -26,6 +27,7 @@ from rlpt.observe.observers import default_observers
 from rlpt.pipeline.rl import run_rl
 from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
 from rlpt.rollout.partial import PartialRollout
+from rlpt.rollout.single_turn import rollout as single_turn_rollout
 from rlpt.tasks import get_domain
 from rlpt.train.loop import finish_run
 from rlpt.train.sft import domain_mixture, get_tokenizer
@@ -68,16 +70,38 @@ def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
     return out
 
 
+def short_patch(text: str, old: str, new: str) -> tuple[str, str]:
+    """The shortest (old, new) pair of whole-word slices around the change from line `old` to line `new` whose
+    `old` occurs once in `text` (the file; a line not in it: the line itself), so that replacing it makes the same
+    edit. Fewer tokens for a small model to get exactly right: `len(xs) - 1, n` -> `len(xs), n`."""
+    where = text if old in text else old
+    p = 0
+    while p < min(len(old), len(new)) and old[p] == new[p]:
+        p += 1
+    q = 0  # common suffix, not overlapping the prefix
+    while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
+        q += 1
+    a, b = p, len(old) - q
+    if a == b:  # a pure insertion: take a neighbour along
+        a, b = (a - 1, b) if a > 0 else (a, b + 1)
+    while True:
+        while a > 0 and (old[a - 1].isalnum() or old[a - 1] == "_"):
+            a -= 1
+        while b < len(old) and (old[b].isalnum() or old[b] == "_"):
+            b += 1
+        if where.count(old[a:b]) == 1 or (a == 0 and b == len(old)):
+            return old[a:b], new[a:len(new) - (len(old) - b)]
+        a, b = max(a - 1, 0), min(b + 1, len(old))
+
+
 def teacher_actions(task, content) -> list[str]:
     """The teacher's tool calls: CodeAgent `content` is solution.py's text (write it, run the tests); RepoAgent
-    `content` is a list of (path, buggy line, fixed line) patches (apply each, submit). A line is shown without
-    its indentation when that still occurs once in the file (fewer tokens to copy)."""
+    `content` is a list of (path, buggy line, fixed line) patches (apply each as its `short_patch`, submit)."""
     if task.env_id != REPO_AGENT:
         return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
     calls = []
     for path, old, new in content:
-        if task.meta["files"].get(path, "").count(old.strip()) == 1:  # both lines share the indentation
-            old, new = old.strip(), new.strip()
+        old, new = short_patch(task.meta["files"].get(path, ""), old, new)
         calls.append(tool_call("apply_patch", {"path": path, "old": old, "new": new}))
     return calls + [tool_call("submit", {})]
 
@@ -123,6 +147,38 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
             f.write(json.dumps({"messages": d}) + "\n")
     lengths = [len(tok.encode_chat(d)[0]) for d in demos]
     return {"demos": count, "demos_wrong": wrong, "demo_tokens_max": max(lengths)}
+
+
+def single_turn_answer(task) -> str:
+    """What a policy without tools must write: a repository task's fixed modules as `# file:` blocks (indentation
+    compacted as the teacher's), other tasks' meta["answer"]."""
+    if task.env_id == REPO_AGENT:
+        return _BLOCK.sub(lambda m: f"{m.group(1)}{compact_source(m.group(2))}```", task.meta["answer"])
+    return task.meta["answer"]
+
+
+_BLOCK = re.compile(r"(```python\n# file: [^\n]+\n)(.*?)```", re.DOTALL)
+
+
+def no_tool_baseline(cfg: Config, tok, eval_tasks) -> dict:
+    """Held-out pass@1 of a same-size policy without tools: trained from scratch for rl.no_tool_steps SFT steps
+    (the cold start's settings, a clean teacher) on the train tasks' single-turn answers (`single_turn_answer`),
+    then greedy on the held-out prompts, graded by the domain's verifier (agent/repo: `repo_hidden_tests`, the same
+    hidden tests)."""
+    out = os.path.join(cfg.train.out_dir, "no_tool")
+    path = os.path.join(out, "answers.jsonl")
+    os.makedirs(out, exist_ok=True)
+    with open(path, "w") as f:
+        for t in train_tasks(cfg, cfg.data.pool_size):
+            msgs = [{"role": "user", "content": t.prompt}, {"role": "assistant", "content": single_turn_answer(t)}]
+            f.write(json.dumps({"messages": msgs}) + "\n")
+    sft_cfg = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, sources={"answers": SourceConfig(kind="jsonl", path=path)}),
+        train=dataclasses.replace(cfg.train, steps=cfg.rl.no_tool_steps, eval_every=0, out_dir=out))
+    model = run_sft(sft_cfg, print_result=False)["model"]
+    greedy = dataclasses.replace(cfg.rl.rollout, group_size=1, temperature=0.0, top_k=None, top_p=None)
+    traj = single_turn_rollout(model, tok, eval_tasks, greedy, seed=cfg.train.seed, version=-1)
+    return {"pass1": float(traj.passed.mean()), "sample": traj.texts[0]}
 
 
 def agent_rollout(cfg: Config):
@@ -181,6 +237,11 @@ def run(cfg: Config) -> dict:
     sft_eval = evaluate_agent(sft["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)
     print(f"[eval sft] held-out pass@1 {sft_eval['pass1']:.3f}, {sft_eval['turns']:.2f} turns and "
           f"{sft_eval['tool_calls']:.2f} tool calls per episode", flush=True)
+    no_tool = None
+    if cfg.rl.no_tool_steps:
+        no_tool = no_tool_baseline(cfg, tok, eval_tasks)
+        print(f"[eval no tools] held-out pass@1 {no_tool['pass1']:.3f} (a same-size policy trained "
+              f"{cfg.rl.no_tool_steps} steps on single-turn answers)", flush=True)
     stats = EpisodeStats()
     rl_dir = os.path.join(out, "rl")
     rl = run_rl(cfg, tok, init_model=sft["model"], out_dir=rl_dir, observers=[stats, *default_observers(cfg, rl_dir)],
@@ -196,6 +257,7 @@ def run(cfg: Config) -> dict:
     summary = {"experiment": cfg.experiment_name, **demo_info, "sft_steps": cfg.rl.sft_steps,
                "sft_final_loss": sft["final_loss"], "reward_first": first, "reward_last": last,
                "reward_window": k, "sft_pass1": sft_eval["pass1"], "rl_pass1": rl_eval["pass1"],
+               "no_tool_pass1": None if no_tool is None else no_tool["pass1"],
                "eval_tasks": len(eval_tasks), "max_turns": cfg.rl.rollout.max_turns, **rl["summary"],
                "wall_s": round(time.time() - t0, 2), "run_dir": os.path.abspath(out)}
     families = sorted(set(sft_eval["per_family"]) | set(rl_eval["per_family"]))

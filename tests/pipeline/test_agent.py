@@ -50,7 +50,7 @@ def test_demonstration_is_the_rollout_token_stream():
 
 
 def test_repo_teacher_patches_and_submits_and_is_paid():
-    """agent/repo demonstrations: apply_patch per bug (lines without indentation where that is still unique),
+    """agent/repo demonstrations: apply_patch per bug (the shortest unique whole-word slices, `short_patch`),
     then submit; the same calls in a fresh RepoAgent episode earn the hidden tests' reward."""
     from rlpt.pipeline.agent import teacher_actions
 
@@ -109,13 +109,32 @@ def test_policy_runs_sandboxed_tool_calls_over_turns(tmp_path):
 
 @pytest.mark.slow  # ~10 min on the loaded 2-core machine (compiles SFT, sampler and RL steps at 608 tokens)
 def test_agent_stage_pulse(tmp_path, capsys):
-    cfg = compose(TINY + [f"train.out_dir={tmp_path}"])
+    cfg = compose(TINY + [f"train.out_dir={tmp_path}", "rl.no_tool_steps=2"])
     summary = run(cfg)
     for key in ("reward_first", "reward_last", "tool_calls_per_episode", "turns_per_episode", "sft_pass1",
-                "rl_pass1", "episode_status", "wall_s"):
+                "rl_pass1", "no_tool_pass1", "episode_status", "wall_s"):
         assert key in summary, key
+    assert 0.0 <= summary["no_tool_pass1"] <= 1.0
     assert summary["turns_per_episode"] >= 1 and np.isfinite(summary["reward_last"])
     assert sum(summary["episode_status"].values()) == 2 * 2 * 2  # steps x prompts x group
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert json.loads(last)["reward_last"] == summary["reward_last"]
     assert os.listdir(tmp_path / "rl" / "checkpoints") and (tmp_path / "sft" / "demos.jsonl").exists()
+
+
+def test_no_tool_answers_are_graded_by_the_hidden_tests():
+    """The no-tool baseline's targets: the fixed modules as `# file:` blocks (compacted) pass the hidden tests
+    through the single-turn verifier; the buggy modules do not."""
+    import re
+
+    from rlpt.pipeline.agent import single_turn_answer
+    from rlpt.tasks.native.repo import repo_hidden_tests
+
+    cfg = compose(["experiment=agent_repo_tiny"])
+    for task in train_tasks(cfg, 2):
+        answer = single_turn_answer(task)
+        assert "\n  return" not in answer and repo_hidden_tests(task, answer).passed
+        files = task.meta["files"]
+        buggy = re.sub(r"# file: (\S+)\n(.*?)```",
+                       lambda m, files=files: f"# file: {m.group(1)}\n{files[m.group(1)]}```", answer, flags=re.S)
+        assert not repo_hidden_tests(task, buggy).passed
