@@ -25,6 +25,7 @@ import time
 import jax
 import numpy as np
 
+from rlpt.fleet import current
 from rlpt.rollout.format import policy_vision, prompt_ids
 from rlpt.rollout.multi_turn import (
     Episode,
@@ -96,6 +97,9 @@ class PartialRollout:
         if row_offset or jax.process_count() > 1:
             raise ValueError("rl.rollout.partial.enabled=true runs in one process (its paused episodes are "
                              "one process's); set it false for a multi-process run")
+        if self.make_env is None and current().envs is not None:
+            raise ValueError("rl.rollout.partial.enabled=true does not combine with fleet.envs (remote envs cannot "
+                             "save an episode yet); set one of them off")
         if policy_vision(model) is not None:
             raise ValueError("rl.rollout.partial.enabled=true does not combine with model.vision yet")
         G, N = self.G, rcfg.max_new_tokens
