@@ -12,7 +12,6 @@ staleness of the trained rows (partial only).
     python scripts/bench/partial_rollout.py [--steps 8] [--prompts 8] [--group 4] [--long 8] [--tool-ms 20]
 """
 import argparse
-import dataclasses
 import json
 import os
 import random
@@ -23,22 +22,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
+from rlpt.envs.builtin_tasks import EnvTask  # noqa: E402
 
 from rlpt.config.schema import PartialConfig, RolloutConfig  # noqa: E402
 from rlpt.models import builtin_tokenizer, init_model  # noqa: E402
 from rlpt.models.config import ModelConfig  # noqa: E402
 from rlpt.rollout.multi_turn import rollout  # noqa: E402
 from rlpt.rollout.partial import PartialRollout  # noqa: E402
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    domain: str
-    id: str
-    prompt: str
-    difficulty: int = 0
-    meta: dict = dataclasses.field(default_factory=dict)
-    env_id: str = "bench"
 
 
 class ToolEnv:
@@ -70,7 +60,7 @@ class ToolEnv:
 def task_stream(seed, long_turns):
     rng, i = random.Random(seed), 0
     while True:
-        yield Task("bench", f"t{i}", "", meta={"turns": 1 if rng.random() < 0.75 else long_turns})
+        yield EnvTask("bench", f"t{i}", "", meta={"turns": 1 if rng.random() < 0.75 else long_turns})
         i += 1
 
 

@@ -1,12 +1,12 @@
 """Partial rollouts: a step ends once prompts_per_step groups have ended; the rest are paused in saved form and
 continued by the next step, exactly (log-probs against a teacher-forced pass, a reloaded state gives the same
 step); workspaces are saved and restored file for file."""
-import dataclasses
 import os
 
 import jax
 import numpy as np
 import pytest
+from rlpt.envs.builtin_tasks import EnvTask
 from rlpt.envs.sandbox.workspace import dump_tree, load_tree
 
 from rlpt.config.schema import PartialConfig, RolloutConfig
@@ -15,16 +15,6 @@ from rlpt.models.config import ModelConfig
 from rlpt.rollout.partial import PartialRollout
 from rlpt.rollout.single_turn import to_rows
 from rlpt.train.losses import token_logprobs
-
-
-@dataclasses.dataclass(frozen=True)
-class FakeTask:
-    domain: str
-    id: str
-    prompt: str
-    difficulty: int = 0
-    meta: dict = dataclasses.field(default_factory=dict)
-    env_id: str = "fake"
 
 
 class CountingEnv:
@@ -73,7 +63,7 @@ RCFG = RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=160, tempe
 
 
 def _tasks(step, turns):
-    return [FakeTask("fake", f"s{step}t{i}", "unused", meta={"turns": t}) for i, t in enumerate(turns)]
+    return [EnvTask("fake", f"s{step}t{i}", "unused", meta={"turns": t}) for i, t in enumerate(turns)]
 
 
 def _partial(log):
