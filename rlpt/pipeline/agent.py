@@ -70,38 +70,16 @@ def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
     return out
 
 
-def short_patch(text: str, old: str, new: str) -> tuple[str, str]:
-    """The shortest (old, new) pair of whole-word slices around the change from line `old` to line `new` whose
-    `old` occurs once in `text` (the file; a line not in it: the line itself), so that replacing it makes the same
-    edit. Fewer tokens for a small model to get exactly right: `len(xs) - 1, n` -> `len(xs), n`."""
-    where = text if old in text else old
-    p = 0
-    while p < min(len(old), len(new)) and old[p] == new[p]:
-        p += 1
-    q = 0  # common suffix, not overlapping the prefix
-    while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
-        q += 1
-    a, b = p, len(old) - q
-    if a == b:  # a pure insertion: take a neighbour along
-        a, b = (a - 1, b) if a > 0 else (a, b + 1)
-    while True:
-        while a > 0 and (old[a - 1].isalnum() or old[a - 1] == "_"):
-            a -= 1
-        while b < len(old) and (old[b].isalnum() or old[b] == "_"):
-            b += 1
-        if where.count(old[a:b]) == 1 or (a == 0 and b == len(old)):
-            return old[a:b], new[a:len(new) - (len(old) - b)]
-        a, b = max(a - 1, 0), min(b + 1, len(old))
-
-
 def teacher_actions(task, content) -> list[str]:
     """The teacher's tool calls: CodeAgent `content` is solution.py's text (write it, run the tests); RepoAgent
-    `content` is a list of (path, buggy line, fixed line) patches (apply each as its `short_patch`, submit)."""
+    `content` is a list of (path, buggy line, fixed line) patches (apply each, submit). A line is shown without
+    its indentation when that still occurs once in the file (fewer tokens to copy)."""
     if task.env_id != REPO_AGENT:
         return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
     calls = []
     for path, old, new in content:
-        old, new = short_patch(task.meta["files"].get(path, ""), old, new)
+        if task.meta["files"].get(path, "").count(old.strip()) == 1:  # both lines share the indentation
+            old, new = old.strip(), new.strip()
         calls.append(tool_call("apply_patch", {"path": path, "old": old, "new": new}))
     return calls + [tool_call("submit", {})]
 

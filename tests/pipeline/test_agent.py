@@ -50,7 +50,7 @@ def test_demonstration_is_the_rollout_token_stream():
 
 
 def test_repo_teacher_patches_and_submits_and_is_paid():
-    """agent/repo demonstrations: apply_patch per bug (the shortest unique whole-word slices, `short_patch`),
+    """agent/repo demonstrations: apply_patch per bug (lines without indentation where that is still unique),
     then submit; the same calls in a fresh RepoAgent episode earn the hidden tests' reward."""
     from rlpt.pipeline.agent import teacher_actions
 
