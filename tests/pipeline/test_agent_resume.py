@@ -61,12 +61,12 @@ def policy(cfg):
     return m
 
 
-def train(out_dir, crash_at=None):
+def train(out_dir, crash_at=None, extra=()):
     from rlpt.models import builtin_tokenizer
     from rlpt.pipeline.agent import agent_rollout
     from rlpt.pipeline.rl import run_rl
 
-    cfg = compose(TINY)
+    cfg = compose(TINY + list(extra))
     rec = Record(os.path.join(out_dir, "traj.jsonl"))
     rec.crash_at = crash_at
     return run_rl(cfg, builtin_tokenizer(), init_model=policy(cfg), out_dir=str(out_dir), observers=[rec],
@@ -95,14 +95,16 @@ def _compare(full_dir, cut_dir, full, resumed):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_crash_and_resume_with_paused_episodes_is_exact(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", pytest.param("async", marks=pytest.mark.slow)])
+def test_crash_and_resume_with_paused_episodes_is_exact(tmp_path, mode):
     (tmp_path / "full").mkdir()
     (tmp_path / "cut").mkdir()
-    full = train(tmp_path / "full")
-    with pytest.raises(Crash):
-        train(tmp_path / "cut", crash_at=3)  # checkpoint at 2 (with its paused episodes); step 3 logged, then killed
+    extra = [f"rl.mode={mode}", "rl.max_staleness=1"]
+    full = train(tmp_path / "full", extra=extra)
+    with pytest.raises(Crash):  # checkpoint at 2 (with its paused episodes); step 3 logged, then killed
+        train(tmp_path / "cut", crash_at=3, extra=extra)
     assert [r["step"] for r in rows(tmp_path / "cut" / "metrics.jsonl")] == [1, 2]
-    resumed = train(tmp_path / "cut")
+    resumed = train(tmp_path / "cut", extra=extra)
     _compare(tmp_path / "full", tmp_path / "cut", full, resumed)
 
 
