@@ -39,7 +39,7 @@ def test_step_row_reports_reward_per_family():
     tasks = [_task("code/synth", "rle"), _task("code/synth", "caesar"), _task("arith/add")]
     rewards = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])  # group size 2, prompt-major
     traj = types.SimpleNamespace(tasks=tasks, rewards=rewards, passed=rewards > 0, lengths=np.full(6, 4),
-                                 version=0, policy_mask=None, components=None, verdicts=None)
+                                 version=0, policy_mask=None, components=None, verdicts=None, row_versions=None)
     metrics = {"loss": 0.1, "grad_norm": 1.0, "policy_tokens": 24.0, "entropy_sum": 2.4, "logp_gap_sum": 0.0}
     row = step_row(1, traj, metrics, {}, 2)
     assert row["reward_family/code/synth/rle"] == 0.5 and row["reward_family/code/synth/caesar"] == 0.0
