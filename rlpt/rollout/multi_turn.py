@@ -131,6 +131,33 @@ def _step_all(pool, eps, rows, actions):
             yield r, obs
 
 
+def start_episodes(pool, eps, rows, start, task_ids, G) -> list:
+    """start(r) -> the env's first observation (make the env and reset it; None: nothing to compare, e.g. an episode
+    restored mid-way) for each of `rows` on host threads, each bounded by its episode's deadline; a timeout or a
+    crash ends that episode (it scores 0). Returns per group of G rows the observation its episodes start from
+    (None where none came back); ValueError if a group's differ (its episodes share one prompt)."""
+    futures = {r: pool.submit(start, r) for r in rows}
+    first = [None] * len(task_ids)
+    for r, fut in futures.items():
+        try:
+            obs = fut.result(timeout=max(eps[r].deadline - time.monotonic(), 0))
+        except concurrent.futures.TimeoutError:
+            eps[r].pending = fut
+            eps[r].end("timeout", "episode deadline passed during reset")
+            continue
+        except Exception as e:  # noqa: BLE001  (a sandbox that fails to start: the episode scores 0)
+            eps[r].end("error", f"reset: {type(e).__name__}: {e}")
+            continue
+        if obs is None:
+            continue
+        if first[r // G] is None:
+            first[r // G] = obs
+        elif not same_observation(obs, first[r // G]):
+            raise ValueError(f"task {task_ids[r // G]}: episodes of one group start from different observations; "
+                             "a group shares one prompt (make the env's reset deterministic)")
+    return first
+
+
 def take_turns(tok, gen, eps, rows, gen_rows=None) -> dict:
     """Append each row's newly sampled turn (row r is generation row gen_rows[i], default r itself) to its
     episode and end it on the token budget or its deadline; returns {row: action text} for the envs."""
@@ -200,23 +227,7 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
             eps[r].env = make_env(tasks_env[r // G])
             return eps[r].env.reset(seed=seed + row_offset + r, options={"task": tasks_env[r // G]})[0]
 
-        starts = [pool.submit(start, r) for r in range(len(eps))]
-        first = [None] * len(tasks)
-        for r, fut in enumerate(starts):
-            try:
-                obs = fut.result(timeout=max(eps[r].deadline - time.monotonic(), 0))
-            except concurrent.futures.TimeoutError:
-                eps[r].pending = fut
-                eps[r].end("timeout", "episode deadline passed during reset")
-                continue
-            except Exception as e:  # noqa: BLE001  (a sandbox that fails to start: the episode scores 0)
-                eps[r].end("error", f"reset: {type(e).__name__}: {e}")
-                continue
-            if first[r // G] is None:
-                first[r // G] = obs
-            elif not same_observation(obs, first[r // G]):
-                raise ValueError(f"task {tasks[r // G].id}: episodes of one group start from different "
-                                 "observations; a group shares one prompt (make the env's reset deterministic)")
+        first = start_episodes(pool, eps, range(len(eps)), start, [t.id for t in tasks], G)
         prompts, pixels = [], []
         for i, t in enumerate(tasks):
             # The G episodes of a task start from one observation, so they share one prefill.
@@ -244,11 +255,11 @@ def rollout(model, tok, tasks, rcfg, *, seed: int, version: int, max_turns: int,
                        prefix_cache=prefix, **sampling, **images)
         gen_s += time.monotonic() - t1
         turn_rows = [r for r, ep in enumerate(eps) if ep.status == "running"]
+        task_ids = [t.id for t in tasks for _ in range(G)]
         while True:
             actions = take_turns(tok, gen, eps, turn_rows)
             t1 = time.monotonic()
-            appended, limits, new_images = observe(tok, pool, eps, actions, [tasks[r // G].id for r in range(len(eps))],
-                                                   N, max_turns, vision)
+            appended, limits, new_images = observe(tok, pool, eps, actions, task_ids, N, max_turns, vision)
             env_s += time.monotonic() - t1
             turn_rows = [r for r, a in enumerate(appended) if a is not None]
             if not turn_rows:
@@ -274,7 +285,6 @@ def close_envs(eps) -> None:
                 ep.env.close()
             except Exception:  # noqa: BLE001,S110  (closing a crashed env must not hide the real error)
                 pass
-        ep.env = None if ep.pending is None else ep.env
 
 
 def same_observation(a, b) -> bool:

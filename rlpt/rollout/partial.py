@@ -15,7 +15,6 @@ episode exactly as the run that was never stopped does.
 """
 import base64
 import concurrent.futures
-import copy
 import json
 import math
 import pickle
@@ -34,7 +33,7 @@ from rlpt.rollout.multi_turn import (
     env_factory,
     env_task,
     observe,
-    same_observation,
+    start_episodes,
     take_turns,
 )
 from rlpt.sampling import continue_generation, generate
@@ -110,7 +109,6 @@ class PartialRollout:
                            "seeds": [seed + i * G + j for j in range(G)],
                            "eps": [Episode(None, 0.0) for _ in range(G)]})
         eps = [ep for g in groups for ep in g["eps"]]
-        rows_of = [(g, j) for g in groups for j in range(G)]
         pool = concurrent.futures.ThreadPoolExecutor(max(1, min(self.workers, len(eps))), "episode")
         t0 = time.monotonic()
         sampling = dict(sampling=SamplingParams.of(rcfg), stop_ids=tuple(tok.eos_ids), quant=rcfg.quant,
@@ -119,21 +117,21 @@ class PartialRollout:
         try:
             for ep in eps:
                 ep.deadline = t0 + rcfg.episode_timeout_s  # each step's part of an episode has its own deadline
-            self._start(pool, make_env, rows_of, tok, rcfg)
+            self._start(pool, make_env, groups, tok, rcfg)
             env_s = time.monotonic() - t0
             running = [r for r, ep in enumerate(eps) if ep.status == "running"]
             if running and not self._done(groups, step):
                 t1 = time.monotonic()
-                contexts = [rows_of[r][0]["prompt"] + eps[r].tokens for r in running]
+                contexts = [groups[r // G]["prompt"] + eps[r].tokens for r in running]
                 gen = generate(model, contexts, [N - len(eps[r].tokens) for r in running], seed=seed,
                                max_cache_len=max(len(g["prompt"]) for g in groups) + 2 * N + 8, **sampling)
                 gen_s += time.monotonic() - t1
                 turn = list(range(len(running)))  # generation rows with a new turn
+                task_ids = [g["task"].id for g in groups for _ in range(G)]
                 while True:
                     actions = take_turns(tok, gen, eps, [running[i] for i in turn], turn)
                     t1 = time.monotonic()
-                    appended, limits, _ = observe(tok, pool, eps, actions,
-                                                  [g["task"].id for g, _ in rows_of], N, self.max_turns)
+                    appended, limits, _ = observe(tok, pool, eps, actions, task_ids, N, self.max_turns)
                     env_s += time.monotonic() - t1
                     turn = [i for i, r in enumerate(running) if appended[r] is not None]
                     if not turn or self._done(groups, step):
@@ -160,56 +158,42 @@ class PartialRollout:
         traj.row_versions = np.repeat(np.asarray([g["version"] for g in out], np.int32), G)
         return traj
 
-    def _start(self, pool, make_env, rows_of, tok, rcfg) -> None:
+    def _start(self, pool, make_env, groups, tok, rcfg) -> None:
         """Envs for the running episodes: new ones reset (a group's first observation becomes its prompt), paused
         ones reset with their seed and restored. A failure ends that episode with status error (it scores 0)."""
-        def start(g, j):
+        G = self.G
+
+        def start(r):
+            g, j = groups[r // G], r % G
             ep, task = g["eps"][j], env_task(g["task"])
             ep.env = make_env(task)
             obs = ep.env.reset(seed=g["seeds"][j], options={"task": task})[0]
-            if ep.tokens:
-                _env_of(ep.env).restore_episode(g["env"][j])
-            return obs
+            if not ep.tokens:
+                return obs
+            _env_of(ep.env).restore_episode(g["env"][j])
+            return None  # its group's prompt is known
 
-        todo = [(g, j) for g, j in rows_of if g["eps"][j].status == "running"]
-        futures = {(id(g), j): pool.submit(start, g, j) for g, j in todo}
-        for g, j in todo:
-            ep = g["eps"][j]
-            try:
-                obs = futures[id(g), j].result(timeout=max(ep.deadline - time.monotonic(), 0))
-            except concurrent.futures.TimeoutError:
-                ep.pending = futures[id(g), j]
-                ep.end("timeout", "episode deadline passed during reset")
-                continue
-            except Exception as e:  # noqa: BLE001  (a sandbox that fails to start: the episode scores 0)
-                ep.end("error", f"reset: {type(e).__name__}: {e}")
-                continue
-            if ep.tokens:
-                continue
-            if g.get("first") is None:
-                g["first"] = obs
-            elif not same_observation(obs, g["first"]):
-                raise ValueError(f"task {g['task'].id}: episodes of one group start from different observations; "
-                                 "a group shares one prompt (make the env's reset deterministic)")
-        for g, _ in rows_of:
+        eps = [ep for g in groups for ep in g["eps"]]
+        rows = [r for r, ep in enumerate(eps) if ep.status == "running"]
+        first = start_episodes(pool, eps, rows, start, [g["task"].id for g in groups], G)
+        for g, obs in zip(groups, first):
             if g["prompt"] is None:
-                first = g.pop("first", None)
-                if first is not None and not isinstance(first, str):
+                if obs is not None and not isinstance(obs, str):
                     raise ValueError(f"task {g['task'].id}: partial rollouts take text observations")
-                g["prompt"] = prompt_ids(tok, first if first is not None else g["task"].prompt)
+                g["prompt"] = prompt_ids(tok, obs if obs is not None else g["task"].prompt)
                 if len(g["prompt"]) > rcfg.max_prompt_len:
                     raise ValueError(f"task {g['task'].id}: first observation of {len(g['prompt'])} tokens exceeds "
                                      f"rl.rollout.max_prompt_len={rcfg.max_prompt_len}")
 
     def _done(self, groups, step: int) -> bool:
         """Stop the step: prompts_per_step groups have ended and none still running is max_lag steps old."""
-        ended = [all(ep.status != "running" for ep in g["eps"]) for g in groups]
+        ended = [_ended(g) for g in groups]
         due = any(not e and step - g["step"] >= self.max_lag for g, e in zip(groups, ended))
         return sum(ended) >= self.P and not due
 
     def _split(self, groups, step: int):
         """(the step's batch: the oldest prompts_per_step ended groups, the groups carried on)."""
-        ended = [g for g in groups if all(ep.status != "running" for ep in g["eps"])][:self.P]
+        ended = [g for g in groups if _ended(g)][:self.P]
         if len(ended) < self.P:
             raise RuntimeError(f"partial rollouts: {len(ended)} groups ended at step {step}, fewer than "
                                f"rl.rollout.prompts_per_step={self.P}")
@@ -235,17 +219,21 @@ class PartialRollout:
         return states
 
 
+def _ended(g) -> bool:
+    return all(ep.status != "running" for ep in g["eps"])
+
+
 _EPISODE_FIELDS = ("tokens", "policy", "logp", "spans", "reward", "passed", "tool_calls", "turns", "status", "error",
                    "verdict")
 
 
 def _pack(g, env_states) -> dict:
-    """A group in its saved form (JSON-able; the task pickled)."""
+    """A group in its saved form (JSON-able; the task pickled). It shares the episodes' lists: the next step reads
+    a JSON copy of it (`__call__`), never the lists themselves."""
     eps = []
     for ep in g["eps"]:
-        d = {k: copy.deepcopy(getattr(ep, k)) for k in _EPISODE_FIELDS}
-        d["logp"] = [float(x) for x in d["logp"]]
-        d["spans"] = [list(s) for s in d["spans"]]
+        d = {k: getattr(ep, k) for k in _EPISODE_FIELDS}
+        d["logp"] = [float(x) for x in d["logp"]]  # numpy float32 -> JSON numbers
         eps.append(d)
     return {"task": _pack_task(g["task"]), "prompt": list(g["prompt"]), "step": g["step"], "version": g["version"],
             "seeds": g["seeds"], "env": env_states, "eps": eps}
