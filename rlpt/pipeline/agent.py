@@ -119,10 +119,7 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
     make_env = make_env_fn(cfg, tok)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         demos = list(pool.map(lambda a: demonstration(make_env, *a), zip(tasks, contents)))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        for d in demos:
-            f.write(json.dumps({"messages": d}) + "\n")
+    write_chats(path, demos)
     lengths = [len(tok.encode_chat(d)[0]) for d in demos]
     return {"demos": count, "demos_wrong": wrong, "demo_tokens_max": max(lengths)}
 
@@ -145,18 +142,33 @@ def no_tool_baseline(cfg: Config, tok, eval_tasks) -> dict:
     hidden tests)."""
     out = os.path.join(cfg.train.out_dir, "no_tool")
     path = os.path.join(out, "answers.jsonl")
-    os.makedirs(out, exist_ok=True)
-    with open(path, "w") as f:
-        for t in train_tasks(cfg, cfg.data.pool_size):
-            msgs = [{"role": "user", "content": t.prompt}, {"role": "assistant", "content": single_turn_answer(t)}]
-            f.write(json.dumps({"messages": msgs}) + "\n")
-    sft_cfg = dataclasses.replace(
-        cfg, data=dataclasses.replace(cfg.data, sources={"answers": SourceConfig(kind="jsonl", path=path)}),
-        train=dataclasses.replace(cfg.train, steps=cfg.rl.no_tool_steps, eval_every=0, out_dir=out))
-    model = run_sft(sft_cfg, print_result=False)["model"]
-    greedy = dataclasses.replace(cfg.rl.rollout, group_size=1, temperature=0.0, top_k=None, top_p=None)
-    traj = single_turn_rollout(model, tok, eval_tasks, greedy, seed=cfg.train.seed, version=-1)
+    write_chats(path, [[{"role": "user", "content": t.prompt}, {"role": "assistant", "content": single_turn_answer(t)}]
+                       for t in train_tasks(cfg, cfg.data.pool_size)])
+    model = sft_on_chats(cfg, "answers", path, cfg.rl.no_tool_steps, out)["model"]
+    traj = single_turn_rollout(model, tok, eval_tasks, greedy(cfg.rl.rollout), seed=cfg.train.seed, version=-1)
     return {"pass1": float(traj.passed.mean()), "sample": traj.texts[0]}
+
+
+def write_chats(path: str, chats: list[list[dict]]) -> None:
+    """Chats (lists of messages) as a JSONL file of {"messages": [...]} lines, the SFT data format."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        for msgs in chats:
+            f.write(json.dumps({"messages": msgs}) + "\n")
+
+
+def sft_on_chats(cfg: Config, name: str, path: str, steps: int, out_dir: str) -> dict:
+    """SFT from scratch (the config's model and optimizer) for `steps` steps on the chats in `path`, data source
+    `name` (loss on the assistant turns), checkpoints in out_dir; `rlpt.train.sft.run`'s result."""
+    sft_cfg = dataclasses.replace(
+        cfg, data=dataclasses.replace(cfg.data, sources={name: SourceConfig(kind="jsonl", path=path)}),
+        train=dataclasses.replace(cfg.train, steps=steps, eval_every=0, out_dir=out_dir))
+    return run_sft(sft_cfg, print_result=False)
+
+
+def greedy(rcfg):
+    """rl.rollout for evaluation: one greedy sample per task."""
+    return dataclasses.replace(rcfg, group_size=1, temperature=0.0, top_k=None, top_p=None)
 
 
 def agent_rollout(cfg: Config):
@@ -169,8 +181,7 @@ def agent_rollout(cfg: Config):
 def evaluate_agent(model, tok, tasks, rcfg, seed: int) -> dict:
     """Greedy multi-turn episodes on held-out tasks: pass rate (overall and per problem family), mean turns and
     tool calls per episode."""
-    greedy = dataclasses.replace(rcfg, group_size=1, temperature=0.0, top_k=None, top_p=None)
-    traj = rollout(model, tok, tasks, greedy, seed=seed, version=-1, max_turns=rcfg.max_turns)
+    traj = rollout(model, tok, tasks, greedy(rcfg), seed=seed, version=-1, max_turns=rcfg.max_turns)
     return {"pass1": float(traj.passed.mean()), "per_family": family_means(tasks, traj.passed),
             "turns": float(traj.turns.mean()), "tool_calls": float(traj.tool_calls.mean()), "sample": traj.texts[0]}
 
@@ -205,11 +216,7 @@ def run(cfg: Config) -> dict:
     demo_info = write_demonstrations(cfg, tok, demo_path, cfg.data.pool_size, cfg.rl.sft_noise)
     print(f"[agent] {demo_info['demos']} teacher demonstrations ({demo_info['demos_wrong']} with a wrong "
           f"solution), longest {demo_info['demo_tokens_max']} tokens", flush=True)
-    sft_cfg = dataclasses.replace(
-        cfg, data=dataclasses.replace(cfg.data, sources={"demos": SourceConfig(kind="jsonl", path=demo_path)}),
-        train=dataclasses.replace(cfg.train, steps=cfg.rl.sft_steps, eval_every=0,
-                                  out_dir=os.path.join(out, "sft")))
-    sft = run_sft(sft_cfg, print_result=False)
+    sft = sft_on_chats(cfg, "demos", demo_path, cfg.rl.sft_steps, os.path.join(out, "sft"))
     names, _, tiers = domain_mixture(cfg)
     eval_tasks = heldout_tasks(names, tiers, cfg.rl.eval_per_domain, cfg.domains.eval_offset)
     sft_eval = evaluate_agent(sft["model"], tok, eval_tasks, rcfg, seed=cfg.train.seed)

@@ -231,7 +231,7 @@ def test_a_paused_episode_comes_back_whole():
     a = gym.make("rlpt/RepoAgent-v0", max_steps=6)
     a.reset(seed=0, options={"task": task})
     _fix(a, task.meta)
-    a.step(call("write_file", {"path": "tests/test_extra.py", "content": "def test_x():\n    assert True\n"}))
+    a.step(call("write_file", {"path": "tests/test_extra.py", "content": "# notes\n"}))
     a.step(call("run", {"command": "mkdir -p notes && echo hi > notes/a.txt && chmod 700 notes"}))
     state = a.unwrapped.episode_state()
     a.close()

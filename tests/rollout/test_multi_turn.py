@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from rlpt.config.schema import RolloutConfig
-from rlpt.models import builtin_tokenizer, init_model
-from rlpt.models.config import ModelConfig
 from rlpt.rollout.format import observation_ids, prompt_ids, response_text
 from rlpt.rollout.multi_turn import rollout
 from rlpt.rollout.single_turn import Trajectories, to_rows
@@ -48,22 +46,6 @@ class ScriptedEnv:
 
     def close(self):
         self.closed = True
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return builtin_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model():
-    cfg = ModelConfig(family="qwen2", vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2,
-                      num_heads=4, num_kv_heads=2, max_position_embeddings=1024, qkv_bias=True, tie_embeddings=True)
-    m = init_model(cfg, seed=3)
-    # Make the end-of-turn token frequent so episodes have several turns within a short budget.
-    emb = m.params["embed"]
-    m.params["embed"] = emb.at[2].set(emb[2] * 40.0)
-    return m
 
 
 def _rcfg(**kw):

@@ -10,8 +10,6 @@ from rlpt.envs.builtin_tasks import EnvTask
 from rlpt.envs.sandbox.workspace import dump_tree, load_tree
 
 from rlpt.config.schema import PartialConfig, RolloutConfig
-from rlpt.models import builtin_tokenizer, init_model
-from rlpt.models.config import ModelConfig
 from rlpt.rollout.partial import PartialRollout
 from rlpt.rollout.single_turn import to_rows
 from rlpt.train.losses import token_logprobs
@@ -41,21 +39,6 @@ class CountingEnv:
 
     def close(self):
         pass
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return builtin_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def model():
-    cfg = ModelConfig(family="qwen2", vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2,
-                      num_heads=4, num_kv_heads=2, max_position_embeddings=2048, qkv_bias=True, tie_embeddings=True)
-    m = init_model(cfg, seed=3)
-    emb = m.params["embed"]  # a frequent end-of-turn token: short turns, several per episode
-    m.params["embed"] = emb.at[2].set(emb[2] * 40.0)
-    return m
 
 
 RCFG = RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=160, temperature=1.0, max_prompt_len=64,
