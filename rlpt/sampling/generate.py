@@ -315,7 +315,9 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
     feed, feed_lengths = pad_prompts([f or [0] for f in feeds], Ta)
     feed_lengths = np.where([len(f) > 0 for f in feeds], feed_lengths, 0).astype(np.int32)
     limits = np.where(feed_lengths > 0, limits, 0).astype(np.int32)
-    width = int(limits.max())
+    # Token buffers a power of two wide (rows still stop at their own limits): the remaining budgets differ from
+    # turn to turn, and every distinct width compiled its own append and decode, holding host memory for each.
+    width = bucket(int(limits.max()))
     generation.state = None
     with _mesh_scope(mesh):
         params = engine.sampler_params(model, quant, quant_group)
@@ -329,4 +331,7 @@ def continue_generation(model, generation: Generation, appended, max_new_tokens,
         for steps, window in decode_phases(filled, width, capacity + 1, decode_phase):
             state = engine.decode(weights, state, R, steps, cfg=cfg, methods=methods, stop_ids=stop_ids,
                                   window=window)
-    return to_generation(state, keep_state)
+    out = to_generation(state, keep_state)
+    wanted = int(limits.max())  # the arrays as wide as the largest limit, as before the bucketing
+    return dataclasses.replace(out, tokens=out.tokens[:, :wanted], logprobs=out.logprobs[:, :wanted],
+                               sampling_logprobs=out.sampling_logprobs[:, :wanted])

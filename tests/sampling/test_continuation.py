@@ -64,3 +64,20 @@ def test_continuation_errors():
     continue_generation(model, first, [[1]] * 5, 2, temperature=0.0, keep_state=False)
     with pytest.raises(ValueError, match="no live state"):
         continue_generation(model, first, [[1]] * 5, 4)
+
+
+def test_turn_budgets_share_compiled_shapes():
+    """Multi-turn rollouts continue with a different remaining budget every turn: the token buffers are bucketed,
+    so budgets 9-16 reuse one compiled append (each distinct width used to compile its own and hold host memory
+    for it: an agent run ran out of memory at RL step 70), and the rows still stop at their own limits."""
+    from rlpt.sampling import engine
+
+    model = tiny_model()
+    first = generate(model, PROMPTS, 4, temperature=0.0, max_cache_len=128)
+    gen = continue_generation(model, first, [[1]] * 5, 9, temperature=0.0)  # from generate's buffers
+    gen = continue_generation(model, gen, [[1]] * 5, 9, temperature=0.0)  # from a continuation's
+    before = engine.append._cache_size()
+    for budget in (10, 13, 16):
+        gen = continue_generation(model, gen, [[2]] * 5, [budget, 1, 2, 3, 4], temperature=0.0)
+        assert gen.lengths[1] <= 1 and gen.lengths[4] <= 4 and gen.tokens.shape == (5, budget)
+    assert engine.append._cache_size() == before
