@@ -99,7 +99,8 @@ class DataConfig:
     # Progressive length curriculum: [[from_step, seq_len], ...] (ascending); empty: seq_len throughout.
     length_stages: list[Any] = dataclasses.field(default_factory=list)
     noise: float = num(0.0, ge=0, le=1)  # share of task demonstrations given another task's answer (a noisy teacher)
-    tokenizer: str = "builtin"  # builtin | a tokenizer folder
+    # builtin (characters) | bpe (stage=agent: a BPE of model.vocab_size ids trained on its demonstrations) | a folder
+    tokenizer: str = "builtin"
     path: str = ""  # data=rl_jsonl: the RL prompt file (docs/rl_data.md), read by its source's ${data.path}
     with_domains: bool = True  # the task mixture holds the `domains` group's domains besides rl_jsonl files
     # model.vision: image slots per row (packing puts at most this many images in one row; a sample with more is
@@ -518,6 +519,11 @@ class Config:
                                   "choose another rl.algo.advantage")
         if self.rl.rollout.partial.enabled:
             self._check_partial()
+        if self.data.tokenizer == "bpe" and (self.stage != "agent" or self.train.init_from):
+            raise ConfigError(f"data.tokenizer=bpe is trained by the agent stage on its teacher demonstrations, for a "
+                              f"model from scratch; stage={self.stage}"
+                              + (f" with train.init_from={self.train.init_from}" if self.train.init_from else "")
+                              + " needs data.tokenizer=builtin or a tokenizer folder")
 
     def _check_partial(self) -> None:
         if self.stage != "agent":

@@ -60,6 +60,9 @@ def run_tokenizer(cfg):
     holding the same tokenizer.json), else data.tokenizer ("builtin": the character tokenizer)."""
 
     folder, chosen = cfg.train.init_from, cfg.data.tokenizer
+    if chosen == "bpe":  # the agent stage trains it and points data.tokenizer at its folder before anything loads it
+        raise ConfigError("data.tokenizer=bpe is trained by the agent stage (rlpt.pipeline.agent.run); elsewhere set "
+                          "data.tokenizer to builtin or to the folder that run wrote (<train.out_dir>/tokenizer)")
     if not folder:
         tok = builtin_tokenizer() if chosen == "builtin" else load_tokenizer(chosen)
         check_vocab(tok, cfg.model.vocab_size, "model.vocab_size")

@@ -4,8 +4,10 @@ the sandbox.
 
 - CodeAgent (rlpt.tasks code domains): the policy writes solution.py with `write_file`, runs the hidden tests
   with `run_tests` and is rewarded by them (1 if they pass).
-- RepoAgent (`agent/repo`): the policy fixes the package with `apply_patch` (one per bug) and `submit`s; the
-  hidden tests grade it.
+- RepoAgent (`agent/repo`): the policy reads the module with `read_file`, fixes the buggy line it shows with
+  `apply_patch` (per bug) and `submit`s; the hidden tests grade it.
+
+data.tokenizer=bpe trains the run's tokenizer on the teacher's demonstrations first (`task_tokenizer`).
 
 The teacher shows the protocol, but with probability rl.sft_noise it uses another task's solution or patch, so
 the cold-start policy is often wrong; RL has to fix that from the tests' reward alone.
@@ -23,8 +25,10 @@ import numpy as np
 
 from rlpt.config.schema import Config, SourceConfig
 from rlpt.eval.heldout import family_means, heldout_tasks
+from rlpt.models.tokenizer import builtin_tokenizer
 from rlpt.observe.observers import default_observers
 from rlpt.pipeline.rl import run_rl
+from rlpt.pipeline.synthetic import builtin_bpe
 from rlpt.rollout.multi_turn import default_env, env_task, observation_budget, rollout
 from rlpt.rollout.partial import PartialRollout
 from rlpt.rollout.single_turn import rollout as single_turn_rollout
@@ -72,15 +76,17 @@ def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
 
 def teacher_actions(task, content) -> list[str]:
     """The teacher's tool calls: CodeAgent `content` is solution.py's text (write it, run the tests); RepoAgent
-    `content` is a list of (path, buggy line, fixed line) patches (apply each, submit). A line is shown without
-    its indentation when that still occurs once in the file (fewer tokens to copy)."""
+    `content` is a list of (path, buggy line, fixed line) patches: for each, read the module, then patch it; then
+    submit. A line is shown without its indentation when that still occurs once in the file (fewer tokens to
+    copy)."""
     if task.env_id != REPO_AGENT:
         return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
     calls = []
     for path, old, new in content:
         if task.meta["files"].get(path, "").count(old.strip()) == 1:  # both lines share the indentation
             old, new = old.strip(), new.strip()
-        calls.append(tool_call("apply_patch", {"path": path, "old": old, "new": new}))
+        calls += [tool_call("read_file", {"path": path}),
+                  tool_call("apply_patch", {"path": path, "old": old, "new": new})]
     return calls + [tool_call("submit", {})]
 
 
@@ -124,6 +130,23 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
     return {"demos": count, "demos_wrong": wrong, "demo_tokens_max": max(lengths)}
 
 
+def task_tokenizer(cfg: Config, folder: str) -> str:
+    """data.tokenizer=bpe: `builtin_bpe` of at most model.vocab_size ids, trained on clean teacher demonstrations of
+    the data.pool_size train tasks (rendered with the built-in chat template; observations cut at 8x
+    rl.rollout.max_prompt_len characters), saved to `folder`. Deterministic in the config, so a resumed run trains
+    the same one."""
+    btok = builtin_tokenizer()
+    rcfg = cfg.rl.rollout
+    wide = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, rollout=dataclasses.replace(
+        rcfg, max_prompt_len=8 * rcfg.max_prompt_len)))
+    path = os.path.join(folder, "corpus.jsonl")
+    write_demonstrations(wide, btok, path, cfg.data.pool_size, 0.0)
+    with open(path) as f:
+        texts = [btok.apply_chat_template(json.loads(line)["messages"]) for line in f]
+    builtin_bpe(texts, cfg.model.vocab_size).save(folder)
+    return folder
+
+
 def single_turn_answer(task) -> str:
     """What a policy without tools must write: a repository task's fixed modules as `# file:` blocks (indentation
     compacted as the teacher's), other tasks' meta["answer"]."""
@@ -138,14 +161,21 @@ _BLOCK = re.compile(r"(```python\n# file: [^\n]+\n)(.*?)```", re.DOTALL)
 def no_tool_baseline(cfg: Config, tok, eval_tasks) -> dict:
     """Held-out pass@1 of a same-size policy without tools: trained from scratch for rl.no_tool_steps SFT steps
     (the cold start's settings, a clean teacher) on the train tasks' single-turn answers (`single_turn_answer`),
-    then greedy on the held-out prompts, graded by the domain's verifier (agent/repo: `repo_hidden_tests`, the same
-    hidden tests)."""
+    then greedy on the held-out prompts with room for the longest train answer, graded by the domain's verifier
+    (agent/repo: `repo_hidden_tests`, the same hidden tests)."""
     out = os.path.join(cfg.train.out_dir, "no_tool")
     path = os.path.join(out, "answers.jsonl")
-    write_chats(path, [[{"role": "user", "content": t.prompt}, {"role": "assistant", "content": single_turn_answer(t)}]
-                       for t in train_tasks(cfg, cfg.data.pool_size)])
-    model = sft_on_chats(cfg, "answers", path, cfg.rl.no_tool_steps, out)["model"]
-    traj = single_turn_rollout(model, tok, eval_tasks, greedy(cfg.rl.rollout), seed=cfg.train.seed, version=-1)
+    chats = [[{"role": "user", "content": t.prompt}, {"role": "assistant", "content": single_turn_answer(t)}]
+             for t in train_tasks(cfg, cfg.data.pool_size)]
+    write_chats(path, chats)
+    # room for the longest answer (the agent's budget is sized for a patch, not whole modules)
+    longest = max(len(tok.encode_chat(c)[0]) - len(tok.encode_chat(c[:1], add_generation_prompt=True)[0])
+                  for c in chats)
+    rcfg = dataclasses.replace(greedy(cfg.rl.rollout), max_new_tokens=max(cfg.rl.rollout.max_new_tokens, longest + 16))
+    seq_len = max(cfg.data.seq_len, rcfg.max_prompt_len + rcfg.max_new_tokens)
+    model = sft_on_chats(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, seq_len=seq_len)), "answers", path,
+                         cfg.rl.no_tool_steps, out)["model"]
+    traj = single_turn_rollout(model, tok, eval_tasks, rcfg, seed=cfg.train.seed, version=-1)
     return {"pass1": float(traj.passed.mean()), "sample": traj.texts[0]}
 
 
@@ -208,8 +238,13 @@ class EpisodeStats:
 
 def run(cfg: Config) -> dict:
     t0 = time.time()
-    tok = get_tokenizer(cfg)
     out = cfg.train.out_dir
+    if cfg.data.tokenizer == "bpe":  # every later load (SFT, RL, its resume, the export) reads the folder
+        folder = task_tokenizer(cfg, os.path.join(out, "tokenizer"))
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer=folder))
+    tok = get_tokenizer(cfg)
+    if cfg.data.tokenizer != "builtin":
+        print(f"[agent] tokenizer {cfg.data.tokenizer}: {tok.vocab_size} ids", flush=True)
     rcfg = cfg.rl.rollout
     demo_path = os.path.join(out, "sft", "demos.jsonl")
     # data.pool_size: examples generated per procedural pass, here the number of teacher episodes

@@ -21,7 +21,14 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from rlpt.models import chat
 from rlpt.models.config import ModelConfig
 from rlpt.models.model import init_model
-from rlpt.models.tokenizer import GENERATION_CONFIG_FILE, TOKENIZER_FILE, Tokenizer, from_parts
+from rlpt.models.tokenizer import (
+    BUILTIN_CHAT_TEMPLATE,
+    BUILTIN_SPECIALS,
+    GENERATION_CONFIG_FILE,
+    TOKENIZER_FILE,
+    Tokenizer,
+    from_parts,
+)
 from rlpt.tasks import get_domain, resolve
 
 # Shapes. "100m": ~102M parameters, Qwen2.5-0.5B made narrower (512) and shallower (8 layers) but keeping its
@@ -169,8 +176,9 @@ def corpus_texts(root: str | Path | None = None) -> list[str]:
     return [piece for text in texts for piece in _ADDED_RE.split(text) if piece]
 
 
-def train_bpe(texts: list[str], vocab_size: int = BPE_VOCAB) -> tokenizers.Tokenizer:
+def train_bpe(texts: list[str], vocab_size: int = BPE_VOCAB, *, exact: bool = True) -> tokenizers.Tokenizer:
     """A byte-level BPE laid out like Qwen2's tokenizer.json (NFC, split regex, ByteLevel), without added tokens.
+    exact=False accepts fewer than vocab_size tokens where the texts run out of merges (every word one token).
 
     Deterministic for the same texts: the byte alphabet is sorted and merge ties break on token ids, which
     follow merge order; a test trains in two processes and compares the bytes.
@@ -186,10 +194,29 @@ def train_bpe(texts: list[str], vocab_size: int = BPE_VOCAB) -> tokenizers.Token
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
-    if tok.get_vocab_size() != vocab_size:
+    if exact and tok.get_vocab_size() != vocab_size:
         raise ValueError(f"BPE training reached {tok.get_vocab_size()} tokens, not vocab_size={vocab_size}: the "
                          "corpus is too small for that many merges")
     return tok
+
+
+def builtin_bpe(texts: list[str], vocab_size: int) -> Tokenizer:
+    """The built-in tokenizer's protocol (its special tokens, `<bos>` prefix and chat template) over a byte-level
+    BPE trained on `texts` (chats rendered with that template) instead of single characters: at most vocab_size
+    ids in all, fewer where the texts run out of merges. For a small model trained from scratch on one family
+    of tasks (`data.tokenizer=bpe`, the agent stage): names and code lines become a few tokens, which it copies
+    and conditions on where it does not on characters (docs/agents.md)."""
+    specials = re.compile("|".join(re.escape(t) for t in BUILTIN_SPECIALS))
+    pieces = [p for text in texts for p in specials.split(text) if p]
+    backend = train_bpe(pieces, vocab_size - len(BUILTIN_SPECIALS), exact=False)
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in BUILTIN_SPECIALS])
+    bos = backend.token_to_id("<bos>")
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                           special_tokens=[("<bos>", bos)])
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<|end|>",
+              "unk_token": "<unk>", "pad_token": "<pad>", "clean_up_tokenization_spaces": False,
+              "chat_template": BUILTIN_CHAT_TEMPLATE}
+    return from_parts(backend, config, f"builtin_bpe({len(texts)} texts, vocab_size={vocab_size})")
 
 
 # sha256 of the training text -> trained tokenizer.json: a session that builds several checkpoints trains once.

@@ -258,3 +258,30 @@ def test_100m_checkpoint_and_preset(tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     np.testing.assert_allclose(np.asarray(load_pretrained(str(folder))(tokens)), hf_logits(hf, tokens), atol=TOL,
                                rtol=0)
+
+
+def test_builtin_bpe_keeps_the_builtin_protocol(tmp_path):
+    """builtin_bpe: the built-in tokenizer's specials, <bos> prefix, chat template and assistant mask over word-sized
+    BPE tokens; at most vocab_size ids (fewer where the texts run out of merges); lossless; the same bytes twice."""
+    from rlpt.models import builtin_tokenizer
+
+    chars = builtin_tokenizer()
+    chats = [[{"role": "user", "content": f"Fix pkg/mod{i}.py: test_avg_{i} fails."},
+              {"role": "assistant", "content": f'<tool_call>{{"name":"apply_patch","arguments":{{"old":"x - {i}"}}}}'
+                                               "</tool_call>"},
+              {"role": "tool", "content": f"patched pkg/mod{i}.py"}] for i in range(40)]
+    texts = [chars.apply_chat_template(c) for c in chats]
+    tok = S.builtin_bpe(texts, 400)
+    assert tok.vocab_size <= 400 and S.builtin_bpe(texts, 400).backend.to_str() == tok.backend.to_str()
+    assert [tok.token_id(t) for t in ("<bos>", "<|end|>", "<|assistant|>")] == [tok.bos_id, tok.eos_id,
+                                                                              tok.token_id("<|assistant|>")]
+    assert tok.apply_chat_template(chats[3]) == texts[3]  # the same template
+    ids, mask = tok.encode_chat(chats[3])
+    assert ids[0] == tok.bos_id and len(ids) < len(chars.encode_chat(chats[3])[0]) / 3  # word-sized tokens
+    assert tok.decode([i for i, m in zip(ids, mask) if m]) == chats[3][1]["content"] + "<|end|>"
+    text = "def f(xs):\n\treturn [x * 7 for x in xs]  # ~unseen words~"
+    assert tok.decode(tok.encode(text)) == text and tok.encode(text, add_special_tokens=True)[0] == tok.bos_id
+    tok.save(tmp_path)
+    assert load_tokenizer(str(tmp_path)).encode_chat(chats[3]) == (ids, mask)
+    with pytest.raises(ValueError, match="vocab_size"):
+        S.train_bpe(texts, 5000)  # exact (the default) refuses a corpus that runs out of merges

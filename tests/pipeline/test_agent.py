@@ -49,17 +49,52 @@ def test_demonstration_is_the_rollout_token_stream():
     assert len(p) <= cfg.rl.rollout.max_prompt_len and len(ids) - len(p) <= cfg.rl.rollout.max_new_tokens
 
 
-def test_repo_teacher_patches_and_submits_and_is_paid():
-    """agent/repo demonstrations: apply_patch per bug (lines without indentation where that is still unique),
-    then submit; the same calls in a fresh RepoAgent episode earn the hidden tests' reward."""
+@pytest.fixture(scope="module")
+def repo_bpe(tmp_path_factory):
+    """agent_repo_tiny's config and its data.tokenizer=bpe tokenizer, trained on 32 train tasks' demonstrations."""
+    from rlpt.models import load_tokenizer
+    from rlpt.pipeline.agent import task_tokenizer
+
+    cfg = compose(["experiment=agent_repo_tiny", "data.pool_size=32"])
+    return cfg, load_tokenizer(task_tokenizer(cfg, str(tmp_path_factory.mktemp("repo_bpe"))))
+
+
+def test_repo_task_tokenizer_is_deterministic_and_short(repo_bpe, tmp_path):
+    """data.tokenizer=bpe: the same config trains the same tokenizer (a resumed run reads the same ids), at most
+    model.vocab_size ids, and a repository episode is several times shorter than in characters; other stages
+    refuse it at compose time, and loading it outside the agent stage names the fix."""
+    from rlpt.config.validate import ConfigError
+    from rlpt.models import load_tokenizer
+    from rlpt.pipeline.agent import task_tokenizer
+    from rlpt.train.sft import get_tokenizer
+
+    cfg, tok = repo_bpe
+    again = load_tokenizer(task_tokenizer(cfg, str(tmp_path)))
+    assert again.backend.to_str() == tok.backend.to_str() and tok.vocab_size <= cfg.model.vocab_size
+    task = train_tasks(cfg, 1)[0]
+    msgs = demonstration(make_env_fn(cfg, tok), task, task.meta["fix"])
+    assert len(tok.encode_chat(msgs)[0]) * 3 < len(builtin_tokenizer().encode_chat(msgs)[0])
+    with pytest.raises(ConfigError, match="data.tokenizer=bpe"):
+        compose(["experiment=quickstart", "data.tokenizer=bpe"])
+    with pytest.raises(ConfigError, match="agent stage"):
+        get_tokenizer(cfg)
+
+
+def test_repo_teacher_patches_and_submits_and_is_paid(repo_bpe):
+    """agent/repo demonstrations: per bug, read the module (the buggy line is in the observation, whole) and
+    apply_patch (lines without indentation where that is still unique); then submit; the same calls in a fresh
+    RepoAgent episode earn the hidden tests' reward; the episode fits the preset's lengths in its tokenizer."""
     from rlpt.pipeline.agent import teacher_actions
 
-    cfg = compose(["experiment=agent_repo_tiny"])
-    tok = builtin_tokenizer()
+    cfg, tok = repo_bpe
     for task in train_tasks(cfg, 3):
         msgs = demonstration(make_env_fn(cfg, tok), task, task.meta["fix"])
-        assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant"]
-        assert msgs[2]["content"].startswith('<tool_response name="apply_patch">\npatched pkg/')
+        assert [m["role"] for m in msgs] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+        (path, old, _), = task.meta["fix"]
+        assert msgs[1]["content"] == tool_call("read_file", {"path": path})
+        assert msgs[2]["content"].startswith('<tool_response name="read_file">') and old in msgs[2]["content"]
+        assert old.strip() in msgs[3]["content"]
+        assert msgs[4]["content"].startswith('<tool_response name="apply_patch">\npatched pkg/')
         ids, _ = tok.encode_chat(msgs)
         p = len(prompt_ids(tok, msgs[0]["content"]))
         assert p <= cfg.rl.rollout.max_prompt_len and len(ids) - p <= cfg.rl.rollout.max_new_tokens

@@ -14,7 +14,7 @@ Task meta: files {path: text} (package `pkg/`, `tests/test_pkg.py`, `run_tests.p
 `check(candidate)`} where candidate(name, *args) calls the package's function `name` (module: where[name]);
 failing (hidden tests the buggy package fails: the ones a fix makes newly pass); bugs [(module, function)]; fix
 [(path, buggy line, fixed line)]; answer (the fixed modules as `# file:` blocks); functions {module: names}. The
-prompt names the modules, their functions and the failing visible tests (an issue report), so it is a function
+prompt names the functions, the module of each and the failing visible tests (an issue report), so it is a function
 of the repository and the train / eval split by prompt splits repositories; symptoms names those tests. The
 hidden expectations come from the correct implementations, run here at generation time (trusted code)."""
 from __future__ import annotations
@@ -404,11 +404,12 @@ def verify_repo(checker, root: str, meta: dict, *, timeout_s: float = 10.0, extr
 
 
 def repo_prompt(meta: dict) -> str:
-    """The task as an issue report: the package's modules and functions, and which visible tests fail."""
-    mods = "; ".join(f"pkg/{m}.py ({', '.join(fs)})" for m, fs in meta["functions"].items())
+    """The task as an issue report: the package's functions with the module of each, and which visible tests
+    fail."""
+    fns = ", ".join(f"{f} in pkg/{m}.py" for m, fs in meta["functions"].items() for f in fs)
     return (f"The Python package `{meta['package']}` has at least one bug: {', '.join(meta['symptoms'])} "
             f"fail{'s' if len(meta['symptoms']) == 1 else ''} (python run_tests.py runs tests/test_pkg.py). "
-            f"Modules: {mods}. Find the cause and fix the package's code so that its tests pass and it behaves "
+            f"Functions: {fns}. Find the cause and fix the package's code so that its tests pass and it behaves "
             "as its functions' names and tests say. Do not modify tests/ or run_tests.py.")
 
 
