@@ -350,11 +350,16 @@ def builtin_tokenizer() -> Tokenizer:
     backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex(r"[\s\S]"), behavior="isolated")
     backend.decoder = tokenizers.decoders.Fuse()
+    return with_builtin_protocol(backend, "builtin_tokenizer()")
+
+
+def with_builtin_protocol(backend: tokenizers.Tokenizer, source: str) -> Tokenizer:
+    """`backend` as a Tokenizer speaking the built-in protocol: BUILTIN_SPECIALS as special tokens (ids from the
+    backend's vocabulary where it has them, appended otherwise), `<bos>` prefixed by encode(add_special_tokens=True),
+    and the built-in chat template. `builtin_tokenizer` and `rlpt.pipeline.synthetic.builtin_bpe` share it."""
+    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in BUILTIN_SPECIALS])
     backend.post_processor = tokenizers.processors.TemplateProcessing(
-        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", vocab["<bos>"])]
-    )
-    backend.add_special_tokens(
-        [tokenizers.AddedToken(t, special=True, normalized=False) for t in BUILTIN_SPECIALS]
+        single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[("<bos>", backend.token_to_id("<bos>"))]
     )
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -365,7 +370,7 @@ def builtin_tokenizer() -> Tokenizer:
         "clean_up_tokenization_spaces": False,
         "chat_template": BUILTIN_CHAT_TEMPLATE,
     }
-    return from_parts(backend, config, "builtin_tokenizer()")
+    return from_parts(backend, config, source)
 
 
 # Character-level tokenizers encode each character on its own, so a rendered user turn is exactly

@@ -22,12 +22,12 @@ from rlpt.models import chat
 from rlpt.models.config import ModelConfig
 from rlpt.models.model import init_model
 from rlpt.models.tokenizer import (
-    BUILTIN_CHAT_TEMPLATE,
     BUILTIN_SPECIALS,
     GENERATION_CONFIG_FILE,
     TOKENIZER_FILE,
     Tokenizer,
     from_parts,
+    with_builtin_protocol,
 )
 from rlpt.tasks import get_domain, resolve
 
@@ -209,14 +209,7 @@ def builtin_bpe(texts: list[str], vocab_size: int) -> Tokenizer:
     specials = re.compile("|".join(re.escape(t) for t in BUILTIN_SPECIALS))
     pieces = [p for text in texts for p in specials.split(text) if p]
     backend = train_bpe(pieces, vocab_size - len(BUILTIN_SPECIALS), exact=False)
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in BUILTIN_SPECIALS])
-    bos = backend.token_to_id("<bos>")
-    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
-                                                           special_tokens=[("<bos>", bos)])
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<bos>", "eos_token": "<|end|>",
-              "unk_token": "<unk>", "pad_token": "<pad>", "clean_up_tokenization_spaces": False,
-              "chat_template": BUILTIN_CHAT_TEMPLATE}
-    return from_parts(backend, config, f"builtin_bpe({len(texts)} texts, vocab_size={vocab_size})")
+    return with_builtin_protocol(backend, f"builtin_bpe({len(texts)} texts, vocab_size={vocab_size})")
 
 
 # sha256 of the training text -> trained tokenizer.json: a session that builds several checkpoints trains once.
