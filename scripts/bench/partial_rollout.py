@@ -32,10 +32,11 @@ from rlpt.rollout.partial import PartialRollout  # noqa: E402
 
 
 class ToolEnv:
-    """Ends with reward 1 after meta['turns'] tool calls, each taking tool_s; its state is the call count."""
+    """Ends with reward 1 after meta['turns'] tool calls, each taking tool_s; its state is the call count. With a
+    `log` list, each call appends (task id, calls so far) to it (tests/rollout/test_partial.py uses this env too)."""
 
-    def __init__(self, tool_s):
-        self.tool_s, self.n = tool_s, 0
+    def __init__(self, tool_s, log=None):
+        self.tool_s, self.log, self.n = tool_s, log, 0
 
     def reset(self, seed=None, options=None):
         self.task, self.n = options["task"], 0
@@ -44,6 +45,8 @@ class ToolEnv:
     def step(self, action):
         time.sleep(self.tool_s)
         self.n += 1
+        if self.log is not None:
+            self.log.append((self.task.id, self.n))
         done = self.n >= self.task.meta["turns"]
         return f"ok {self.n}", float(done), done, False, {"calls": [{"name": "tool"}]}
 

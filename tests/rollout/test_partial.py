@@ -1,6 +1,7 @@
 """Partial rollouts: a step ends once prompts_per_step groups have ended; the rest are paused in saved form and
 continued by the next step, exactly (log-probs against a teacher-forced pass, a reloaded state gives the same
 step); workspaces are saved and restored file for file."""
+import importlib.util
 import os
 
 import jax
@@ -15,30 +16,17 @@ from rlpt.rollout.single_turn import to_rows
 from rlpt.train.losses import token_logprobs
 
 
-class CountingEnv:
-    """Ends with reward 1 after meta['turns'] steps; its state is the number of steps taken."""
+def _bench():
+    """scripts/bench/partial_rollout.py, whose ToolEnv (ends with reward 1 after meta['turns'] calls; its state is
+    the call count) these tests run on, without the sleep."""
+    spec = importlib.util.spec_from_file_location("partial_rollout_bench", os.path.join(
+        os.path.dirname(__file__), "..", "..", "scripts", "bench", "partial_rollout.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
-    def __init__(self, log):
-        self.log, self.n = log, 0
 
-    def reset(self, seed=None, options=None):
-        self.task, self.n = options["task"], 0
-        return f"task {self.task.id}: go", {}
-
-    def step(self, action):
-        self.n += 1
-        self.log.append((self.task.id, self.n))
-        done = self.n >= self.task.meta["turns"]
-        return f"n={self.n}", float(done), done, False, {"calls": [{"name": "count"}]}
-
-    def episode_state(self):
-        return {"n": self.n}
-
-    def restore_episode(self, state):
-        self.n = state["n"]
-
-    def close(self):
-        pass
+ToolEnv = _bench().ToolEnv
 
 
 RCFG = RolloutConfig(prompts_per_step=2, group_size=2, max_new_tokens=160, temperature=1.0, max_prompt_len=64,
@@ -50,7 +38,7 @@ def _tasks(step, turns):
 
 
 def _partial(log):
-    return PartialRollout(RCFG, max_turns=RCFG.max_turns, make_env=lambda task: CountingEnv(log))
+    return PartialRollout(RCFG, max_turns=RCFG.max_turns, make_env=lambda task: ToolEnv(0.0, log))
 
 
 def test_pause_and_continue(model, tok):
@@ -97,10 +85,10 @@ def test_reloaded_state_continues_exactly(model, tok):
 
 
 def test_env_without_saved_state_is_refused(model, tok):
-    class Plain(CountingEnv):
+    class Plain(ToolEnv):
         episode_state = None
 
-    pr = PartialRollout(RCFG, max_turns=6, make_env=lambda task: Plain([]))
+    pr = PartialRollout(RCFG, max_turns=6, make_env=lambda task: Plain(0.0))
     t = pr(model, tok, _tasks(1, [1, 6, 1, 6]), RCFG, seed=5, version=0, step=1)
     assert len(t.tasks) == 2
     # the unfinished episodes could not be saved: they end as errors (score 0) when their group is trained
