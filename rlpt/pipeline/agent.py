@@ -168,9 +168,8 @@ def no_tool_baseline(cfg: Config, tok, eval_tasks) -> dict:
     chats = [[{"role": "user", "content": t.prompt}, {"role": "assistant", "content": single_turn_answer(t)}]
              for t in train_tasks(cfg, cfg.data.pool_size)]
     write_chats(path, chats)
-    # room for the longest answer (the agent's budget is sized for a patch, not whole modules)
-    longest = max(len(tok.encode_chat(c)[0]) - len(tok.encode_chat(c[:1], add_generation_prompt=True)[0])
-                  for c in chats)
+    # room for the longest answer (the agent's budget is sized for a patch, not whole modules): its assistant tokens
+    longest = max(sum(tok.encode_chat(c)[1]) for c in chats)
     rcfg = dataclasses.replace(greedy(cfg.rl.rollout), max_new_tokens=max(cfg.rl.rollout.max_new_tokens, longest + 16))
     seq_len = max(cfg.data.seq_len, rcfg.max_prompt_len + rcfg.max_new_tokens)
     model = sft_on_chats(dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, seq_len=seq_len)), "answers", path,
