@@ -9,8 +9,9 @@ the sandbox.
 
 data.tokenizer=bpe trains the run's tokenizer on the teacher's demonstrations first (`task_tokenizer`).
 
-The teacher shows the protocol, but with probability rl.sft_noise it uses another task's solution or patch, so
-the cold-start policy is often wrong; RL has to fix that from the tests' reward alone.
+The teacher shows the protocol, but with probability rl.sft_noise it is wrong (CodeAgent: another task's solution;
+RepoAgent: it opens another module of the package and gives up), so the cold-start policy is often wrong; RL has to
+fix that from the tests' reward alone.
 """
 import concurrent.futures
 import dataclasses
@@ -76,13 +77,16 @@ def train_tasks(cfg: Config, count: int, seed_offset: int = 0) -> list:
 
 def teacher_actions(task, content) -> list[str]:
     """The teacher's tool calls: CodeAgent `content` is solution.py's text (write it, run the tests); RepoAgent
-    `content` is a list of (path, buggy line, fixed line) patches: for each, read the module, then patch it; then
-    submit. A line is shown without its indentation when that still occurs once in the file (fewer tokens to
-    copy)."""
+    `content` is a list of (path, buggy line, fixed line) patches: for each, read the module, then patch it (a
+    patch without lines, (path, None, None), only reads); then submit. A line is shown without its indentation when
+    that still occurs once in the file (fewer tokens to copy)."""
     if task.env_id != REPO_AGENT:
         return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
     calls = []
     for path, old, new in content:
+        if old is None:  # a guess that found nothing to fix
+            calls.append(tool_call("read_file", {"path": path}))
+            continue
         if task.meta["files"].get(path, "").count(old.strip()) == 1:  # both lines share the indentation
             old, new = old.strip(), new.strip()
         calls += [tool_call("read_file", {"path": path}),
@@ -109,8 +113,17 @@ def demonstration(make_env, task, content) -> list[dict]:
     return msgs + [{"role": "assistant", "content": actions[-1]}]
 
 
+def guessed_module(task, rng: random.Random) -> list:
+    """A wrong RepoAgent teacher's content: it opens a module of the package that holds no bug, finds nothing to
+    fix there and gives up (read, then submit)."""
+    buggy = {path for path, _, _ in task.meta["fix"]}
+    others = [f"pkg/{m}.py" for m in task.meta["modules"] if f"pkg/{m}.py" not in buggy]
+    return [(rng.choice(others), None, None)]
+
+
 def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) -> dict:
-    """`count` demonstrations to a JSONL file; a share `noise` carries another task's solution."""
+    """`count` demonstrations to a JSONL file; a share `noise` is wrong: CodeAgent writes another task's solution,
+    RepoAgent opens another module of the package and submits without a patch (`guessed_module`)."""
     tasks = train_tasks(cfg, count)
     rng = random.Random(f"agent-demos|{cfg.train.seed}")
     contents, wrong = [], 0
@@ -118,9 +131,13 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
         key = "fix" if t.env_id == REPO_AGENT else "answer"
         src = t.meta[key]
         if rng.random() < noise:
-            other = tasks[rng.randrange(count)]
-            wrong += other.meta[key] != src
-            src = other.meta[key]
+            if t.env_id == REPO_AGENT:
+                src = guessed_module(t, rng)
+                wrong += 1
+            else:
+                other = tasks[rng.randrange(count)]
+                wrong += other.meta[key] != src
+                src = other.meta[key]
         contents.append(src if t.env_id == REPO_AGENT else compact_source(src))
     make_env = make_env_fn(cfg, tok)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:

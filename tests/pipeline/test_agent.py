@@ -3,6 +3,7 @@ whose tool calls execute in the sandbox (tool tokens out of the loss), and `stag
 import dataclasses
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -106,6 +107,36 @@ def test_repo_teacher_patches_and_submits_and_is_paid(repo_bpe):
         env.close()
 
 
+def test_repo_noisy_teacher_opens_another_module_and_is_not_paid(repo_bpe, tmp_path):
+    """rl.sft_noise on agent/repo: a wrong demonstration reads a module of the package that holds no bug and
+    submits without a patch (0 reward in a fresh episode); the share of wrong demonstrations follows the noise and
+    the same config writes the same file."""
+    from rlpt.pipeline.agent import guessed_module, teacher_actions, write_demonstrations
+
+    cfg, tok = repo_bpe
+    task = train_tasks(cfg, 1)[0]
+    guess = guessed_module(task, random.Random(0))
+    (path, old, new), = guess
+    assert old is None and new is None and path != task.meta["fix"][0][0]
+    assert path.removeprefix("pkg/").removesuffix(".py") in task.meta["modules"]
+    env = make_env_fn(cfg, tok)(task)
+    env.reset(seed=0, options={"task": task})
+    actions = teacher_actions(task, guess)
+    assert actions == [tool_call("read_file", {"path": path}), tool_call("submit", {})]
+    for action in actions:
+        obs, reward, terminated, _, _ = env.step(action)
+    assert terminated and reward == 0.0
+    env.close()
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pool_size=12))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    info = write_demonstrations(cfg, tok, str(a), 12, 0.5)
+    write_demonstrations(cfg, tok, str(b), 12, 0.5)
+    assert a.read_text() == b.read_text() and 2 <= info["demos_wrong"] <= 10
+    chats = [json.loads(line)["messages"] for line in a.read_text().splitlines()]
+    gave_up = sum(not any('"apply_patch"' in m["content"] for m in c if m["role"] == "assistant") for c in chats)
+    assert gave_up == info["demos_wrong"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_policy_runs_sandboxed_tool_calls_over_turns(tmp_path):
@@ -159,7 +190,8 @@ def test_agent_stage_pulse(tmp_path, capsys):
 
 def test_no_tool_answers_are_graded_by_the_hidden_tests():
     """The no-tool baseline's targets: the fixed modules as `# file:` blocks (compacted) pass the hidden tests
-    through the single-turn verifier; the buggy modules do not."""
+    through the single-turn verifier; the buggy modules do not, and neither does the right fix with another
+    module version than this repository's (the prompt does not say it, so an answer written blind cannot)."""
     import re
 
     from rlpt.pipeline.agent import single_turn_answer
@@ -173,3 +205,9 @@ def test_no_tool_answers_are_graded_by_the_hidden_tests():
         buggy = re.sub(r"# file: (\S+)\n(.*?)```",
                        lambda m, files=files: f"# file: {m.group(1)}\n{files[m.group(1)]}```", answer, flags=re.S)
         assert not repo_hidden_tests(task, buggy).passed
+        blind = re.sub(r"return '(\d)\.(\d)\.(\d)'", lambda m: f"return '{(int(m.group(1)) + 1) % 10}.0.0'", answer)
+        assert blind != answer and "_version():" in answer
+        verdict = repo_hidden_tests(task, blind)
+        written = re.findall(r"# file: pkg/(\w+)\.py", answer)
+        assert not verdict.passed and verdict.details["newly_passing"] == task.meta["failing"]  # the fix works ...
+        assert f"test_{written[0]}_version" in verdict.details["regressions"]  # ... the guessed version does not

@@ -3,7 +3,9 @@ bugs, and a hidden test suite that only the verifier sees.
 
 Modules are drawn from a library of 20 small functions in 8 modules; later modules call earlier ones, so a bug
 in a helper shows up in the tests of its callers. Each task names every function by one of its aliases (`mean`,
-`average` or `avg`, ...), so repositories differ in their text too. Tiers grade the difficulty by what the
+`average` or `avg`, ...), so repositories differ in their text too, and each module ends with `<module>_version()`,
+a version drawn per repository that the hidden suite checks: the code fixes it, not the prompt, so an answer
+written without reading the repository (the no-tool baseline) cannot pass. Tiers grade the difficulty by what the
 agent must find:
 
 - tier 1: 3 modules (a random choice), one bug in a function the failing visible test calls directly;
@@ -144,8 +146,9 @@ def _closure(names: set[str]) -> set[str]:
     return out
 
 
-def module_sources(fns: list[Fn], bugs: set[str]) -> dict[str, str]:
-    """{module: source} for the chosen functions, each module importing the helpers it uses from theirs."""
+def module_sources(fns: list[Fn], bugs: set[str], versions: dict[str, str] | None = None) -> dict[str, str]:
+    """{module: source} for the chosen functions, each module importing the helpers it uses from theirs; with
+    `versions` ({module: "x.y.z"}) each module ends with `<module>_version()` returning its version."""
     out = {}
     for mod in MODULE_ORDER:
         mine = [f for f in fns if f.module == mod]
@@ -154,8 +157,16 @@ def module_sources(fns: list[Fn], bugs: set[str]) -> dict[str, str]:
         imports = sorted({(BY_NAME[u].module, u) for f in mine for u in f.uses if BY_NAME[u].module != mod})
         head = "".join(f"from pkg.{m} import {u}\n" for m, u in imports)
         doc = f'"""pkg.{mod}: {", ".join(f.name for f in mine)}."""\n'
-        out[mod] = doc + head + ("\n\n" if head else "\n") + "\n\n".join(_source(f, f.name in bugs) for f in mine)
+        defs = [_source(f, f.name in bugs) for f in mine]
+        if versions:
+            defs.append(f"def {version_name(mod)}():\n    return {versions[mod]!r}\n")
+        out[mod] = doc + head + ("\n\n" if head else "\n") + "\n\n".join(defs)
     return out
+
+
+def version_name(module: str) -> str:
+    """The function that returns a module's version (per repository: no prompt says it, only the code does)."""
+    return f"{module}_version"
 
 
 _IMPORT = re.compile(r"^from pkg\.(\w+) import (\w+)$")
@@ -218,8 +229,11 @@ def make_repo(rng: random.Random, tier: int) -> dict:
                 other = rng.choice([f for f in fns if f.module not in {BY_NAME[b].module for b in bugs}])
                 bugs.add(other.name)
                 shown.add(other.name)
-        good = {m: renamed(t, names) for m, t in module_sources(fns, set()).items()}
-        bad = {m: renamed(t, names) for m, t in module_sources(fns, bugs).items()}
+        # drawn from their own stream, so the rest of the repository is what it was before versions existed
+        vrng = random.Random(f"versions|{sorted(bugs)}|{sorted(names.items())}|{mods}")
+        versions = {m: f"{vrng.randint(0, 9)}.{vrng.randint(0, 9)}.{vrng.randint(0, 9)}" for m in mods}
+        good = {m: renamed(t, names) for m, t in module_sources(fns, set(), versions).items()}
+        bad = {m: renamed(t, names) for m, t in module_sources(fns, bugs, versions).items()}
         hidden, failing, visible = {}, [], []
         for f in fns:
             calls = [f.args(rng) for _ in range(3)]
@@ -245,6 +259,9 @@ def make_repo(rng: random.Random, tier: int) -> dict:
             break
     else:
         raise RuntimeError(f"repo task tier {tier}: 100 draws and none showed every bug in a hidden test")
+    for m in mods:  # the code, not the prompt, fixes these: a policy that writes modules blind cannot pass
+        name = version_name(m)
+        hidden[f"test_{name}"] = f"def check(candidate):\n    assert candidate({name!r}) == {versions[m]!r}\n"
     tests = "from pkg import " + ", ".join(sorted({f.module for f, _, _ in visible})) + "\n\n"
     for f, a, w in visible:
         args = ", ".join(repr(x) for x in a)
@@ -262,7 +279,8 @@ def make_repo(rng: random.Random, tier: int) -> dict:
         fix.append((f"pkg/{BY_NAME[b].module}.py", indent + renamed(bug, names), indent + renamed(correct, names)))
     return {"files": files, "hidden": hidden, "failing": sorted(f"test_{names[n]}" for n in failing),
             "bugs": sorted((BY_NAME[b].module, names[b]) for b in bugs), "fix": fix,
-            "where": {names[f.name]: f.module for f in fns}, "package": "pkg", "modules": sorted(bad),
+            "where": {**{names[f.name]: f.module for f in fns}, **{version_name(m): m for m in mods}},
+            "package": "pkg", "modules": sorted(bad),
             "visible_tests": [f"test_{names[f.name]}" for f, _, _ in visible], "answer": fixed,
             "functions": {m: [names[f.name] for f in fns if f.module == m] for m in sorted(bad)},
             "symptoms": sorted(f"test_{names[n]}" for n in shown)}
