@@ -146,9 +146,9 @@ def _closure(names: set[str]) -> set[str]:
     return out
 
 
-def module_sources(fns: list[Fn], bugs: set[str], versions: dict[str, str] | None = None) -> dict[str, str]:
-    """{module: source} for the chosen functions, each module importing the helpers it uses from theirs; with
-    `versions` ({module: "x.y.z"}) each module ends with `<module>_version()` returning its version."""
+def module_sources(fns: list[Fn], bugs: set[str], versions: dict[str, str]) -> dict[str, str]:
+    """{module: source} for the chosen functions, each module importing the helpers it uses from theirs and ending
+    with `<module>_version()`, which returns its version from `versions` ({module: "x.y.z"})."""
     out = {}
     for mod in MODULE_ORDER:
         mine = [f for f in fns if f.module == mod]
@@ -157,9 +157,8 @@ def module_sources(fns: list[Fn], bugs: set[str], versions: dict[str, str] | Non
         imports = sorted({(BY_NAME[u].module, u) for f in mine for u in f.uses if BY_NAME[u].module != mod})
         head = "".join(f"from pkg.{m} import {u}\n" for m, u in imports)
         doc = f'"""pkg.{mod}: {", ".join(f.name for f in mine)}."""\n'
-        defs = [_source(f, f.name in bugs) for f in mine]
-        if versions:
-            defs.append(f"def {version_name(mod)}():\n    return {versions[mod]!r}\n")
+        version = f"def {version_name(mod)}():\n    return {versions[mod]!r}\n"
+        defs = [_source(f, f.name in bugs) for f in mine] + [version]
         out[mod] = doc + head + ("\n\n" if head else "\n") + "\n\n".join(defs)
     return out
 
