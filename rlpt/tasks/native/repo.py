@@ -258,9 +258,10 @@ def make_repo(rng: random.Random, tier: int) -> dict:
             break
     else:
         raise RuntimeError(f"repo task tier {tier}: 100 draws and none showed every bug in a hidden test")
-    for m in mods:  # the code, not the prompt, fixes these: a policy that writes modules blind cannot pass
-        name = version_name(m)
-        hidden[f"test_{name}"] = f"def check(candidate):\n    assert candidate({name!r}) == {versions[m]!r}\n"
+    # the code, not the prompt, fixes these: a policy that writes modules blind cannot pass (one check for all the
+    # modules: each hidden test is a sandboxed run)
+    hidden["test_versions"] = "def check(candidate):\n" + "".join(
+        f"    assert candidate({version_name(m)!r}) == {versions[m]!r}\n" for m in mods)
     tests = "from pkg import " + ", ".join(sorted({f.module for f, _, _ in visible})) + "\n\n"
     for f, a, w in visible:
         args = ", ".join(repr(x) for x in a)
