@@ -266,6 +266,9 @@ class RLConfig:
     sft_steps: int = num(0, ge=0)  # quickstart: SFT cold start before RL
     # quickstart: share of SFT demonstrations with a wrong answer (a noisy teacher)
     sft_noise: float = num(0.0, ge=0, le=1)
+    # agent stage, RepoAgent: what a wrong demonstration does. wrong_module: opens a module without the bug and
+    # submits; give_up: opens the right module and submits without the patch
+    sft_noise_kind: str = choice("wrong_module", "wrong_module", "give_up")
     sft_tiers: list[int] = num(default_factory=list, ge=0)
     # quickstart: stop the cold start once greedy pass@1 on a dev split of train-seed tasks (sft_dev_per_domain
     # per domain, checked every sft_check_every steps) reaches sft_target_pass; 0: run all sft_steps.

@@ -121,9 +121,20 @@ def guessed_module(task, rng: random.Random) -> list:
     return [(rng.choice(others), None, None)]
 
 
+def gave_up(task, rng: random.Random) -> list:
+    """A wrong RepoAgent teacher's content: it opens the module that holds the (first) bug, then submits without
+    patching it."""
+    return [(task.meta["fix"][0][0], None, None)]
+
+
+# rl.sft_noise_kind -> a wrong RepoAgent demonstration's content
+REPO_NOISE = {"wrong_module": guessed_module, "give_up": gave_up}
+
+
 def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) -> dict:
     """`count` demonstrations to a JSONL file; a share `noise` is wrong: CodeAgent writes another task's solution,
-    RepoAgent opens another module of the package and submits without a patch (`guessed_module`)."""
+    RepoAgent submits without a patch, after opening another module (rl.sft_noise_kind=wrong_module,
+    `guessed_module`) or the right one (give_up, `gave_up`)."""
     tasks = train_tasks(cfg, count)
     rng = random.Random(f"agent-demos|{cfg.train.seed}")
     contents, wrong = [], 0
@@ -132,7 +143,7 @@ def write_demonstrations(cfg: Config, tok, path: str, count: int, noise: float) 
         src = t.meta[key]
         if rng.random() < noise:
             if t.env_id == REPO_AGENT:
-                src = guessed_module(t, rng)
+                src = REPO_NOISE[cfg.rl.sft_noise_kind](t, rng)
                 wrong += 1
             else:
                 other = tasks[rng.randrange(count)]

@@ -107,17 +107,21 @@ def test_repo_teacher_patches_and_submits_and_is_paid(repo_bpe):
         env.close()
 
 
-def test_repo_noisy_teacher_opens_another_module_and_is_not_paid(repo_bpe, tmp_path):
-    """rl.sft_noise on agent/repo: a wrong demonstration reads a module of the package that holds no bug and
-    submits without a patch (0 reward in a fresh episode); the share of wrong demonstrations follows the noise and
-    the same config writes the same file."""
-    from rlpt.pipeline.agent import guessed_module, teacher_actions, write_demonstrations
+@pytest.mark.parametrize("kind", ["wrong_module", "give_up"])
+def test_repo_noisy_teacher_submits_without_a_patch_and_is_not_paid(repo_bpe, tmp_path, kind):
+    """rl.sft_noise on agent/repo: a wrong demonstration reads a module and submits without a patch (0 reward in a
+    fresh episode): one that holds no bug (rl.sft_noise_kind=wrong_module) or the buggy one (give_up); the share of
+    wrong demonstrations follows the noise and the same config writes the same file."""
+    from rlpt.pipeline.agent import REPO_NOISE, teacher_actions, write_demonstrations
 
     cfg, tok = repo_bpe
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, sft_noise_kind=kind),
+                              data=dataclasses.replace(cfg.data, pool_size=12))
     task = train_tasks(cfg, 1)[0]
-    guess = guessed_module(task, random.Random(0))
+    guess = REPO_NOISE[kind](task, random.Random(0))
     (path, old, new), = guess
-    assert old is None and new is None and path != task.meta["fix"][0][0]
+    assert old is None and new is None
+    assert (path == task.meta["fix"][0][0]) == (kind == "give_up")
     assert path.removeprefix("pkg/").removesuffix(".py") in task.meta["modules"]
     env = make_env_fn(cfg, tok)(task)
     env.reset(seed=0, options={"task": task})
@@ -127,14 +131,17 @@ def test_repo_noisy_teacher_opens_another_module_and_is_not_paid(repo_bpe, tmp_p
         obs, reward, terminated, _, _ = env.step(action)
     assert terminated and reward == 0.0
     env.close()
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, pool_size=12))
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     info = write_demonstrations(cfg, tok, str(a), 12, 0.5)
     write_demonstrations(cfg, tok, str(b), 12, 0.5)
     assert a.read_text() == b.read_text() and 2 <= info["demos_wrong"] <= 10
-    chats = [json.loads(line)["messages"] for line in a.read_text().splitlines()]
-    gave_up = sum(not any('"apply_patch"' in m["content"] for m in c if m["role"] == "assistant") for c in chats)
-    assert gave_up == info["demos_wrong"]
+    chats = [json.loads(line)["messages"] for line in a.read_text().splitlines()]  # in train_tasks' order
+    wrong = [(t, c) for t, c in zip(train_tasks(cfg, 12), chats)
+             if not any('"apply_patch"' in m["content"] for m in c if m["role"] == "assistant")]
+    assert len(wrong) == info["demos_wrong"]
+    for t, c in wrong:  # the first call reads the buggy module only when the teacher gave up there
+        call = json.loads(c[1]["content"].removeprefix("<tool_call>").removesuffix("</tool_call>"))
+        assert call["name"] == "read_file" and (call["arguments"]["path"] == t.meta["fix"][0][0]) == (kind == "give_up")
 
 
 @pytest.mark.slow
@@ -208,6 +215,5 @@ def test_no_tool_answers_are_graded_by_the_hidden_tests():
         blind = re.sub(r"return '(\d)\.(\d)\.(\d)'", lambda m: f"return '{(int(m.group(1)) + 1) % 10}.0.0'", answer)
         assert blind != answer and "_version():" in answer
         verdict = repo_hidden_tests(task, blind)
-        written = re.findall(r"# file: pkg/(\w+)\.py", answer)
         assert not verdict.passed and verdict.details["newly_passing"] == task.meta["failing"]  # the fix works ...
-        assert f"test_{written[0]}_version" in verdict.details["regressions"]  # ... the guessed version does not
+        assert verdict.details["regressions"] == ["test_versions"]  # ... the guessed versions do not
