@@ -10,8 +10,8 @@ the sandbox.
 data.tokenizer=bpe trains the run's tokenizer on the teacher's demonstrations first (`task_tokenizer`).
 
 The teacher shows the protocol, but with probability rl.sft_noise it is wrong (CodeAgent: another task's solution;
-RepoAgent: it opens another module of the package and gives up), so the cold-start policy is often wrong; RL has to
-fix that from the tests' reward alone.
+RepoAgent, by rl.sft_noise_kind: it opens another module of the package, or the buggy one, and submits without a
+patch), so the cold-start policy is often wrong; RL has to fix that from the tests' reward alone.
 """
 import concurrent.futures
 import dataclasses
@@ -84,7 +84,7 @@ def teacher_actions(task, content) -> list[str]:
         return [tool_call("write_file", {"path": SOLUTION, "content": content}), tool_call("run_tests", {})]
     calls = []
     for path, old, new in content:
-        if old is None:  # a guess that found nothing to fix
+        if old is None:  # a wrong teacher's read that patches nothing (REPO_NOISE)
             calls.append(tool_call("read_file", {"path": path}))
             continue
         if task.meta["files"].get(path, "").count(old.strip()) == 1:  # both lines share the indentation
@@ -123,7 +123,7 @@ def guessed_module(task, rng: random.Random) -> list:
 
 def gave_up(task, rng: random.Random) -> list:
     """A wrong RepoAgent teacher's content: it opens the module that holds the (first) bug, then submits without
-    patching it."""
+    patching it (rng unused: REPO_NOISE's entries share one signature)."""
     return [(task.meta["fix"][0][0], None, None)]
 
 
