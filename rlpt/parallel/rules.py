@@ -141,6 +141,19 @@ def _caller() -> str:
     return f"{frame.f_globals.get('__name__', '?')}.{frame.f_code.co_qualname.split('.<locals>')[0]}"
 
 
+def axis_split(name: str, mesh) -> int:
+    """How many ways the active rules split logical axis `name` on `mesh` when its size divides (the product of
+    the sizes of its mesh axes that the mesh has; 1 with no mesh)."""
+    if mesh is None:
+        return 1
+    axes = dict(active_rules()).get(name)
+    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    size = 1
+    for ax in axes:
+        size *= mesh.shape.get(ax, 1)
+    return size
+
+
 def named_sharding(mesh, names, shape) -> NamedSharding:
     return NamedSharding(mesh, logical_spec(names, shape, mesh))
 

@@ -14,7 +14,7 @@ from rlpt.models.transformer import init_params, param_axes
 from rlpt.parallel.rules import logical_spec, named_sharding
 from rlpt.rollout.format import fit_width
 from rlpt.sampling import engine
-from rlpt.sampling.generate import plan_cache
+from rlpt.sampling.generate import plan_cache, prefill_copies
 from rlpt.sampling.methods import make_methods
 from rlpt.sampling.sharding import CACHE_AXES
 from rlpt.train.lora import init_lora, lora_axes, lora_params
@@ -181,14 +181,16 @@ def sampler_programs(cfg, model_cfg: ModelConfig, mesh, resident: dict) -> list[
                                                                   mesh)))
 
     replicated = NamedSharding(mesh, P())
-    pre_args = (params, rows((Pn, Tp), jnp.int32), rows((Pn,), jnp.int32), rows((Pn * G,), jnp.int32),
+    copies = prefill_copies(Pn, G, mesh)  # as `generate`: one copy per sample when the prompts do not divide
+    Pr = Pn * copies
+    pre_args = (params, rows((Pr, Tp), jnp.int32), rows((Pr,), jnp.int32), rows((Pn * G,), jnp.int32),
                 sds((2,), jnp.uint32, replicated), rows((Pn * G,), jnp.uint32))
-    pre_kwargs = static | {"n": G, "cache_len": cache_len, "width": W}
-    pre_flops = (2 * body_params(scfg) * Pn * Tp + 2 * scfg.vocab_size * scfg.hidden_size * Pn
-                 + attention_flops(scfg, Pn * Tp, Tp / 2))
+    pre_kwargs = static | {"n": G // copies, "cache_len": cache_len, "width": W}
+    pre_flops = (2 * body_params(scfg) * Pr * Tp + 2 * scfg.vocab_size * scfg.hidden_size * Pr
+                 + attention_flops(scfg, Pr * Tp, Tp / 2))
+    what = f"{Pn} prompts" if copies == 1 else f"{Pn} prompts x {copies} copies (they do not divide the chips)"
     prefill = Program("sampler_prefill", engine.prefill, pre_args, pre_kwargs, pre_flops,
-                      f"2·N·T, T = {Pn} prompts x {Tp} columns (+ causal attention; head on the last column)",
-                      resident)
+                      f"2·N·T, T = {what} x {Tp} columns (+ causal attention; head on the last column)", resident)
     R = Pn * G
     step_flops = 2 * (body_params(scfg) + scfg.vocab_size * scfg.hidden_size) * R + attention_flops(scfg, R, cache_len)
     decode = Program("sampler_decode", engine.decode, None, static, step_flops,

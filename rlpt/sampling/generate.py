@@ -8,6 +8,7 @@ import numpy as np
 
 from rlpt.models.quant import check_quant, is_int8_kv
 from rlpt.models.vision import VisionLanguageModel
+from rlpt.parallel.rules import axis_split, current_mesh
 from rlpt.sampling import engine
 from rlpt.sampling.methods import make_methods, resolve_sampling
 from rlpt.sampling.state import FINISH_REASONS, SamplingState
@@ -128,6 +129,16 @@ def plan_cache(prompts, width: int, max_cache_len, prefix: int = 0):
     return min(T, capacity + 1), capacity + 1
 
 
+def prefill_copies(prompts: int, n: int, mesh) -> int:
+    """How many copies of each prompt the prefill runs: 1, or n when the mesh's batch axes split the prompts' n
+    samples (prompts * n rows) but not the prompts (16 prompts x 8 samples on 32 chips). Then each row is prefilled
+    from its own copy of its prompt, so every device runs rows / devices rows and holds only their cache, instead of
+    running every prompt and holding the whole prompts' cache (n times the prefill FLOPs in all, 1 / devices of
+    the rows on each). The rows' first tokens are the same: each row draws from its global row id."""
+    split = axis_split("batch", mesh)
+    return n if n > 1 and prompts % split and (prompts * n) % split == 0 else 1
+
+
 def pad_prompts(prompts, T: int, pad_id: int = 0):
     """Right-padded (B, T) int32 tokens and (B,) lengths."""
     tokens = np.full((len(prompts), T), pad_id, np.int32)
@@ -189,9 +200,12 @@ def generate(model, prompt_tokens, max_new_tokens, *, n=1, temperature=1.0, top_
                                   else max_cache_len - P, prefix=P)
         cache_len += P
         tokens, lengths = pad_prompts([p[P:] for p in prompts], T)
+        copies = 1 if embed_fn is not None else prefill_copies(len(prompts), int(n), current_mesh())
+        if copies > 1:
+            tokens, lengths = np.repeat(tokens, copies, axis=0), np.repeat(lengths, copies)
         row_ids = np.arange(row_offset, row_offset + len(prompts) * n, dtype=np.uint32)
         state = engine.prefill(params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=cfg, methods=methods,
-                               stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width,
+                               stop_ids=stop_ids, n=int(n) // copies, cache_len=cache_len, width=width,
                                kv_cache_dtype=kv_cache_dtype, prefix=prefix,
                                embeds=None if embed_fn is None else embed_fn(tokens, lengths))
         weights = engine.decode_weights(model, quant=quant, quant_group=quant_group)

@@ -4,7 +4,9 @@ import numpy as np
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
+from rlpt.parallel.rules import recording_unsplit
 from rlpt.sampling import generate, shard_params
+from rlpt.sampling.generate import prefill_copies
 from tests.sampling.helpers import PROMPTS, tiny_model
 
 
@@ -22,3 +24,22 @@ def test_generate_on_a_mesh_matches_single_device_and_shards_the_cache():
     np.testing.assert_array_equal(sharded.tokens, plain.tokens)
     np.testing.assert_allclose(sharded.logprobs, plain.logprobs, atol=1e-5)
     assert sharded.state.cache["k"][0].sharding.spec[0] == "data"
+
+
+def test_prompts_that_do_not_divide_over_the_mesh_are_prefilled_once_per_sample():
+    """2 prompts x 4 samples on 8 devices: the 8 rows split, the 2 prompts would not (every device would prefill
+    both and hold their whole cache), so each row is prefilled from its own copy; the samples are the same."""
+    model = tiny_model()
+    mesh = jax.make_mesh((8,), ("fsdp",), axis_types=(AxisType.Auto,))
+    assert (prefill_copies(2, 4, mesh), prefill_copies(8, 4, mesh), prefill_copies(3, 2, mesh)) == (4, 1, 1)
+    assert prefill_copies(2, 4, None) == 1
+    prompts = PROMPTS[:2]
+    plain = generate(model, prompts, 6, n=4, temperature=1.0, seed=3)
+    params = shard_params(model.params, model.config, mesh)
+    jax.clear_caches()  # the unsplit records are made while tracing
+    with recording_unsplit() as unsplit:
+        sharded = generate(model.with_params(params), prompts, 6, n=4, temperature=1.0, seed=3, mesh=mesh)
+    np.testing.assert_array_equal(sharded.tokens, plain.tokens)
+    np.testing.assert_allclose(sharded.logprobs, plain.logprobs, atol=1e-5)
+    assert [r["shape"] for r in unsplit if any(u["logical"] == "batch" for u in r["unsplit"])] == []
+    assert sharded.state.cache["k"][0].sharding.spec[0] == "fsdp"
