@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlpt.models import Model
 from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_logits
 from rlpt.models.transformer import hidden_states, layer_list, logits_from_hidden, merged_params
 from rlpt.sampling import engine
@@ -214,6 +215,30 @@ def _verify_params(params, cfg):
     return dict(params, layers=layer_list(params["layers"]))
 
 
+def self_draft(target, layers: int):
+    """A LayerSkip-style self-draft of `target`: its first `layers` layers with its own final norm and head, as
+    (the draft Model the prefill runs, the weights its decoding reads). The decoding weights are the target's own
+    (on CPU its `DecodeLayout` with the layer list cut: the same arrays, no copy), so the draft adds no bytes to
+    what each round reads: the draft's steps find the target's weights in the caches, where a separate copy
+    (here, the 10M model's 2-layer draft on a 32 MB L3) and the target evict each other. The Model (its layers
+    sliced once per weight version) serves the prefill; a ValueError names a count outside 1..layers - 1."""
+    L = target.config.num_layers
+    if isinstance(layers, bool) or int(layers) != layers or not 1 <= layers < L:
+        raise ValueError(f"draft={layers!r}: a self-draft takes 1..{L - 1} of the target's {L} layers")
+    n = int(layers)
+
+    def build(params, cfg):
+        params = merged_params(params)
+        return Model(dataclasses.replace(cfg, num_layers=n),
+                            dict(params, layers=jax.tree.map(lambda a: a[:n], params["layers"])))
+
+    draft = target.derived(f"self_draft_{n}", build)
+    weights = engine.decode_weights(target)
+    if isinstance(weights, DecodeLayout):
+        return draft, DecodeLayout(dict(weights.weights, layers=weights.weights["layers"][:n]))
+    return draft, engine.decode_weights(draft)
+
+
 def check_draft(target, draft):
     """A draft must share the target's vocabulary (the same token ids); a ValueError names the mismatch."""
     tv, dv = target.config.vocab_size, draft.config.vocab_size
@@ -229,9 +254,14 @@ def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n
     `rlpt.sampling.generate` (rows prompt-major, n samples per prompt sharing one prefill), plus the draft
     statistics (`SpeculativeGeneration`). The tokens follow the target's sampling distribution exactly (greedy:
     the target's own argmax tokens); the result holds no live cache (continuation is not supported). sampling: a
-    `SamplingParams`, as in `generate`."""
+    `SamplingParams`, as in `generate`. draft: a Model with the target's vocabulary, or an int n: the target's
+    own first n layers with its head (`self_draft`, reading the target's weights)."""
     temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
-    check_draft(target, draft)
+    if isinstance(draft, (int, np.integer)):  # bool too: self_draft names it
+        draft, dweights = self_draft(target, draft)
+    else:
+        check_draft(target, draft)
+        dweights = None
     if int(k) != k or k < 1:
         raise ValueError(f"k={k!r}; expected an integer >= 1 (drafts per round)")
     cfg, params, dcfg = target.config, target.params, draft.config
@@ -247,7 +277,8 @@ def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n
         dstate = engine.prefill(draft.params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=dcfg, **common)
         s = SpeculativeState(target=state, draft_cache=dstate.cache, proposed=jnp.zeros((), jnp.int32),
                              accepted=jnp.zeros((), jnp.int32), rounds=jnp.zeros((), jnp.int32))
-        s = speculative_decode(_verify_weights(target), engine.decode_weights(draft), s, cfg=cfg, dcfg=dcfg,
+        dweights = engine.decode_weights(draft) if dweights is None else dweights
+        s = speculative_decode(_verify_weights(target), dweights, s, cfg=cfg, dcfg=dcfg,
                                methods=methods, stop_ids=stop_ids, k=int(k))
     gen = to_generation(s.target, keep_state=False)
     stats = jax.device_get({"p": s.proposed, "a": s.accepted, "r": s.rounds})

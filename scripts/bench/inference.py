@@ -6,7 +6,8 @@ Two policies, each with a draft for speculative decoding:
   runs/bench_inference (about 5 minutes; --run-dir reuses another distill_tiny run with train.export_hf=true).
   Held-out pass@1 (greedy, the RL domains' eval split) is measured per setting.
 - bench10m: the sampler benchmark's ~10M Qwen2-style model (scripts/bench/sampler.py CONFIG, random weights); its
-  draft is its own first 2 layers with its final norm and head (a LayerSkip-style self-draft, no training).
+  draft is its own first 2 layers with its final norm and head (a LayerSkip-style self-draft, no training:
+  `speculative_generate(model, 2, ...)`, which decodes the draft from the target's own weights).
 Settings: full precision, int8 weights, int8 weights + int8 KV cache, int4 weights (grouped), speculative decoding
 (k drafts per round). Each runs at compute dtype float32 and bfloat16 and the faster one counts (full precision
 too: the baseline is its own faster dtype). Per batch (1/8/32; a 32-token random prompt, 128 new tokens,
@@ -42,12 +43,13 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from sampler import CONFIG, bench_hf, best_of  # noqa: E402
+from sampler import CONFIG, bench_hf, best_of, decode_products  # noqa: E402
 
 from rlpt.models import Model, init_model, load_pretrained  # noqa: E402
+from rlpt.models.ops.xla_cpu_decode import DecodeLayout  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
-from rlpt.sampling import generate  # noqa: E402
-from rlpt.sampling.speculative import speculative_generate  # noqa: E402
+from rlpt.sampling import engine, generate  # noqa: E402
+from rlpt.sampling.speculative import self_draft, speculative_generate  # noqa: E402
 
 QUANT = {"full": {}, "int8": {"quant": "int8"}, "int8+kv8": {"quant": "int8", "kv_cache_dtype": "int8"},
          "int4": {"quant": "int4"}}
@@ -55,6 +57,9 @@ DTYPES = ("float32", "bfloat16")
 
 
 def with_dtype(model, dtype):
+    """model in compute dtype `dtype`; an int draft (a self-draft's layer count) stays as it is."""
+    if isinstance(model, int):
+        return model
     return Model(dataclasses.replace(model.config, compute_dtype=dtype), model.params)
 
 
@@ -115,6 +120,74 @@ def pass1(model, tok, tasks, name, draft, k, max_new_tokens):
     return evaluate(model, tok, tasks, max_new_tokens=max_new_tokens, **quant_kwargs(name, model.config))["pass1"]
 
 
+def products_s(model, dtype, batch, quant, repeats=9):
+    """Seconds of one decode step's weight products alone (`sampler.decode_products`) with the weights `generate`
+    decodes from in `dtype` (quant "none" or "int8"); None when they are not XLA:CPU's decode layout."""
+    layout = engine.decode_weights(with_dtype(model, dtype), quant=quant)
+    if not isinstance(layout, DecodeLayout):
+        return None
+    x = jnp.ones((model.config.hidden_size, batch), jnp.dtype(dtype))
+    jax.block_until_ready(decode_products(layout.weights, x))
+    return best_of(lambda: jax.block_until_ready(decode_products(layout.weights, x)), repeats)
+
+
+def expected_tokens(alpha, k):
+    """Tokens one speculative round emits when each of k drafts is kept with probability alpha until the first
+    rejection: the kept drafts plus the target's own token."""
+    return sum(alpha ** i for i in range(k + 1))
+
+
+def per_draft_acceptance(rate, k):
+    """The per-draft alpha whose expected kept share of k drafts, (alpha + ... + alpha^k) / k, is `rate`."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (expected_tokens(mid, k) - 1) / k < rate else (lo, mid)
+    return (lo + hi) / 2
+
+
+def ceilings(label, model, draft, rows, args, rng):
+    """The most each speed goal's setting could reach on this machine, from measured parts (None where the
+    weights are not XLA:CPU's decode layout):
+    - int8 weight-only at the largest batch: the rest of a decode step (attention over the cache, norms, sampling)
+      does not depend on how the weights are stored, so int8 can save at most what its weight products save
+      against full precision's in the same dtype: ceiling = best full step / min over dtypes of (full step in that
+      dtype - max(0, full products - int8 products));
+    - speculative at batch 1: a round costs at least k draft steps plus one target step (a (k + 1)-token
+      verification reads every weight too), and emits expected_tokens(alpha, k) tokens at the measured per-draft
+      acceptance; ceiling = best over dtypes and k = 1..16 of that rate against full precision's best."""
+    B, B1 = max(args.batches), min(args.batches)
+    full, spec = rows["full"], rows["speculative"][B1]
+    lower, parts = [], {}
+    for dt in DTYPES:
+        mm_full, mm_int8 = products_s(model, dt, B, "none"), products_s(model, dt, B, "int8")
+        if mm_full is None or mm_int8 is None:
+            return None
+        lower.append(B / full[B][dt] - max(0.0, mm_full - mm_int8))
+        parts[dt] = dict(step_ms=1e3 * B / full[B][dt], products_ms=1e3 * mm_full, int8_products_ms=1e3 * mm_int8)
+    int8 = (B / full[B]["tok_s"]) / min(lower)
+    prompts = rng.integers(1, model.config.vocab_size, (B1, args.prompt)).tolist()
+    best = (0.0, None, None, None)
+    for dt in DTYPES:
+        d = self_draft(with_dtype(model, dt), draft)[0] if isinstance(draft, int) else with_dtype(draft, dt)
+        draft_tok_s, _ = tokens_per_s(sampler_for("full", d, d, args.k), prompts, args.new, args.repeats)
+        t_target, t_draft = B1 / full[B1][dt], B1 / draft_tok_s
+        alpha = per_draft_acceptance(spec[dt + "_acceptance"], args.k)
+        parts[dt] |= dict(draft_vs_target_step=t_draft / t_target, per_draft_acceptance=alpha)
+        for k in range(1, 17):
+            rate = expected_tokens(alpha, k) / (k * t_draft + t_target) * B1
+            best = max(best, (rate / full[B1]["tok_s"], k, dt, alpha))
+    jax.clear_caches()
+    out = dict(int8=int8, speculative=best[0], speculative_k=best[1], speculative_dtype=best[2], parts=parts)
+    print(f"{label} ceiling on this machine: int8 weights at batch {B} <= x{int8:.2f} (weight products "
+          + ", ".join(f"{dt} {p['products_ms']:.2f} ms full / {p['int8_products_ms']:.2f} ms int8 of a "
+                      f"{p['step_ms']:.2f} ms step" for dt, p in parts.items())
+          + f"); speculative at batch {B1} <= x{best[0]:.2f} (k={best[1]}, {best[2]}: per-draft acceptance "
+          + f"{best[3]:.2f}, draft step x{parts[best[2]]['draft_vs_target_step']:.2f} of the target's, the "
+          + "verification counted as one target step)", flush=True)
+    return out
+
+
 def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
     settings = list(QUANT) + ["speculative"]
     rows = {}
@@ -145,6 +218,7 @@ def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
                 acc = f" acceptance {r[r['dtype'] + '_acceptance']:.2f}" if name == "speculative" else ""
                 print(f"{label} batch {B:3d} {name:12s} {r['tok_s']:8.0f} tok/s ({r['dtype']}) x{r['vs_full']:.2f} "
                       f"full, x{r['vs_hf']:.2f} HF ({r['hf']:.0f} tok/s {peer_dtype}){acc}", flush=True)
+    rows["ceiling"] = ceilings(label, model, draft, rows, args, np.random.default_rng(1))
     # next-token KL and pass@1 per setting, in the full-precision run's faster dtype at batch 32
     B = max(args.batches)
     prompts = rng.integers(1, model.config.vocab_size, (B, args.prompt)).tolist()
@@ -183,9 +257,7 @@ def main():
     results = {}
     if "bench10m" in args.models:
         model = init_model(CONFIG, seed=0)
-        layers = jax.tree.map(lambda a: a[:2], model.params["layers"])
-        draft = Model(dataclasses.replace(CONFIG, num_layers=2), dict(model.params, layers=layers))
-        results["bench10m"] = bench_model("bench10m", model, draft, args, rng)
+        results["bench10m"] = bench_model("bench10m", model, 2, args, rng)  # self-draft: its first 2 layers
     if "quickstart" in args.models:
         from rlpt.config import compose
         from rlpt.eval.heldout import heldout_tasks
@@ -209,8 +281,12 @@ def main():
         "pass1_drop_int8_points": (round(100 * (qs["full"]["quality"]["pass1"] - qs["int8"]["quality"]["pass1"]), 2)
                                    if qs else None),
         "goal": {"ratio": 1.3, "speculative_ratio": 1.5, "pass1_drop_int8_points": 1.0},
+        # the most this machine allows each goal's setting (see `ceilings`); None off XLA:CPU
+        "int8_ceiling": ten["ceiling"] and round(ten["ceiling"]["int8"], 3),
+        "speculative_ceiling": ten["ceiling"] and round(ten["ceiling"]["speculative"], 3),
         "results": {m: {s: {str(b): {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
-                            for b, r in per.items()} for s, per in rows.items()} for m, rows in results.items()},
+                            for b, r in per.items()} for s, per in rows.items() if s != "ceiling"}
+                    | {"ceiling": rows["ceiling"]} for m, rows in results.items()},
     }
     print(json.dumps(summary))
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from rlpt.models import Model, init_model
-from rlpt.sampling import generate
-from rlpt.sampling.speculative import speculative_generate
+from rlpt.sampling import engine, generate
+from rlpt.sampling.speculative import self_draft, speculative_generate
 from tests.sampling.helpers import PROMPTS, TINY, fixed_logits_model, full_logits, log_softmax, tiny_model
 
 
@@ -126,3 +126,27 @@ def test_self_draft_from_the_targets_first_layers():
     draft = Model(dataclasses.replace(TINY, num_layers=1), dict(target.params, layers=layers))
     spec = speculative_generate(target, draft, PROMPTS, 16, temperature=0.0, k=4)
     np.testing.assert_array_equal(spec.tokens, generate(target, PROMPTS, 16, temperature=0.0).tokens)
+
+
+def test_an_int_draft_is_a_self_draft_that_reads_the_targets_own_weights():
+    """draft=1: the target's first layer with its head, decoded from the target's weights (no copy); it draws
+    exactly what the same layers given as a separate Model draw."""
+    target = tiny_model()
+    layers = jax.tree.map(lambda a: a[:1], target.params["layers"])
+    copy = Model(dataclasses.replace(TINY, num_layers=1), dict(target.params, layers=layers))
+    shared = speculative_generate(target, 1, PROMPTS, 12, k=3, n=2, temperature=0.8, seed=5)
+    apart = speculative_generate(target, copy, PROMPTS, 12, k=3, n=2, temperature=0.8, seed=5)
+    np.testing.assert_array_equal(shared.tokens, apart.tokens)
+    np.testing.assert_allclose(shared.logprobs, apart.logprobs, atol=1e-5)
+    assert (shared.proposed, shared.accepted) == (apart.proposed, apart.accepted)
+    greedy = speculative_generate(target, 1, PROMPTS, 16, temperature=0.0, k=4)
+    np.testing.assert_array_equal(greedy.tokens, generate(target, PROMPTS, 16, temperature=0.0).tokens)
+    model, weights = self_draft(target, 1)
+    assert model.config.num_layers == 1 and self_draft(target, 1)[0] is model  # built once per weight version
+    full = engine.decode_weights(target)
+    if hasattr(full, "weights"):  # XLA:CPU's decode layout: the draft's layers are the target's arrays
+        assert weights.weights["layers"][0]["wqkv"] is full.weights["layers"][0]["wqkv"]
+        assert weights.weights["head"] is full.weights["head"] and len(weights.weights["layers"]) == 1
+    for bad in (0, TINY.num_layers, True):
+        with pytest.raises(ValueError, match=f"draft={bad!r}: a self-draft takes 1..{TINY.num_layers - 1}"):
+            speculative_generate(target, bad, PROMPTS, 4)
