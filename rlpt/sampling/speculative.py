@@ -221,7 +221,7 @@ def self_draft(target, layers: int):
     (on CPU its `DecodeLayout` with the layer list cut: the same arrays, no copy), so the draft adds no bytes to
     what each round reads: the draft's steps find the target's weights in the caches, where a separate copy
     (here, the 10M model's 2-layer draft on a 32 MB L3) and the target evict each other. The Model (its layers
-    sliced once per weight version) serves the prefill; a ValueError names a count outside 1..layers - 1."""
+    sliced once per weight version) serves the prefill; a ValueError names a count outside 1..num_layers - 1."""
     L = target.config.num_layers
     if isinstance(layers, bool) or int(layers) != layers or not 1 <= layers < L:
         raise ValueError(f"draft={layers!r}: a self-draft takes 1..{L - 1} of the target's {L} layers")
@@ -229,8 +229,8 @@ def self_draft(target, layers: int):
 
     def build(params, cfg):
         params = merged_params(params)
-        return Model(dataclasses.replace(cfg, num_layers=n),
-                            dict(params, layers=jax.tree.map(lambda a: a[:n], params["layers"])))
+        layers = jax.tree.map(lambda a: a[:n], params["layers"])
+        return Model(dataclasses.replace(cfg, num_layers=n), dict(params, layers=layers))
 
     draft = target.derived(f"self_draft_{n}", build)
     weights = engine.decode_weights(target)
