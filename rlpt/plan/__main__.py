@@ -3,30 +3,19 @@ program does not fit or leaves a large buffer replicated, 2 on a bad target."""
 import hashlib
 import logging
 import os
-import re
 import sys
 
 import hydra
 from omegaconf import OmegaConf
 
 from rlpt.config.plan_schema import register_plan_configs
-from rlpt.plan.chips import TargetError
+from rlpt.plan.chips import TargetError, request_cpu_devices
 from rlpt.plan.rehearse import rehearse
 from rlpt.plan.report import failures, last_line, markdown, write
 from rlpt.train.source import check_checkpoint_source, model_config
 
 CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "experiments", "conf")
 register_plan_configs()
-
-
-def _fake_cpu_devices() -> None:
-    """target=cpu:N needs N host devices, which XLA reads from its flags when JAX starts: set them first."""
-    for arg in sys.argv[1:]:
-        m = re.fullmatch(r"target=cpu:(\d+)", arg)
-        if m:
-            flag = f"--xla_force_host_platform_device_count={m.group(1)}"
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
-            os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 @hydra.main(config_path=CONF_DIR, config_name="plan", version_base="1.3")
@@ -72,5 +61,5 @@ def main(dcfg) -> None:
 
 
 if __name__ == "__main__":
-    _fake_cpu_devices()
+    request_cpu_devices(sys.argv[1:])
     main()

@@ -109,6 +109,17 @@ def parse_target(spec: str) -> Target:
     raise bad
 
 
+def request_cpu_devices(argv) -> None:
+    """A `target=cpu:N` among the command-line overrides needs N host devices, which XLA reads from its flags when
+    JAX's CPU backend starts: add the flag (and JAX_PLATFORMS=cpu) before anything asks JAX for a device."""
+    for arg in argv:
+        m = re.fullmatch(r"target=cpu:(\d+)", arg)
+        if m:
+            flag = f"--xla_force_host_platform_device_count={m.group(1)}"
+            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+            os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
 def _drop_cpu_flags_for_libtpu() -> None:
     """libtpu parses XLA_FLAGS itself when it first compiles and aborts the process on a flag its XLA does not know,
     such as a newer XLA:CPU flag (`--xla_cpu_use_fusion_emitters`). A TPU compile never reads `--xla_cpu_*` flags,

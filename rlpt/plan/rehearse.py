@@ -170,10 +170,9 @@ def decode_weights_of(params, cfg):
     return jax.tree.map(lambda s, p: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=p.sharding), shapes, params)
 
 
-def rehearse(cfg) -> dict:
-    """Compile cfg.stage's train step (and with cfg.plan.sampler the sampler's prefill and decode loop) for
-    cfg.target on cfg.mesh; returns the summary dict (`fits`, per-program results, advice)."""
-    t0 = time.time()
+def rehearsal_context(cfg):
+    """(target, its devices, the mesh over them, `compile_program`'s context: platform, device count, mesh, plan
+    settings, per-device HBM capacity, peak FLOP/s and HBM bandwidth) for cfg.target and cfg.mesh."""
     target = parse_target(cfg.target)
     devices = target_devices(target)
     mesh = make_mesh(cfg.mesh, devices)
@@ -181,6 +180,14 @@ def rehearse(cfg) -> dict:
     ctx = {"platform": target.kind, "devices": len(devices), "mesh": mesh, "plan": cfg.plan,
            "capacity": target.chip.hbm_bytes // per_chip,
            "peak": target.chip.peak_flops / per_chip, "bw": target.chip.hbm_bw / per_chip}
+    return target, devices, mesh, ctx
+
+
+def rehearse(cfg) -> dict:
+    """Compile cfg.stage's train step (and with cfg.plan.sampler the sampler's prefill and decode loop) for
+    cfg.target on cfg.mesh; returns the summary dict (`fits`, per-program results, advice)."""
+    t0 = time.time()
+    target, devices, mesh, ctx = rehearsal_context(cfg)
     model_cfg = cfg.model
     programs = []
     # Programs are built outside the mesh context (optax evaluates init eagerly for the state's shardings, and

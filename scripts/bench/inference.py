@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from sampler import CONFIG, bench_hf, best_of, decode_products  # noqa: E402
+from sampler import CONFIG, bench_hf, best_of, matmul_floor  # noqa: E402
 
 from rlpt.models import Model, init_model, load_pretrained  # noqa: E402
 from rlpt.models.ops.xla_cpu_decode import DecodeLayout  # noqa: E402
@@ -120,17 +120,6 @@ def pass1(model, tok, tasks, name, draft, k, max_new_tokens):
     return evaluate(model, tok, tasks, max_new_tokens=max_new_tokens, **quant_kwargs(name, model.config))["pass1"]
 
 
-def products_s(model, dtype, batch, quant, repeats=9):
-    """Seconds of one decode step's weight products alone (`sampler.decode_products`) with the weights `generate`
-    decodes from in `dtype` (quant "none" or "int8"); None when they are not XLA:CPU's decode layout."""
-    layout = engine.decode_weights(with_dtype(model, dtype), quant=quant)
-    if not isinstance(layout, DecodeLayout):
-        return None
-    x = jnp.ones((model.config.hidden_size, batch), jnp.dtype(dtype))
-    jax.block_until_ready(decode_products(layout.weights, x))
-    return best_of(lambda: jax.block_until_ready(decode_products(layout.weights, x)), repeats)
-
-
 def expected_tokens(alpha, k):
     """Tokens one speculative round emits when each of k drafts is kept with probability alpha until the first
     rejection: the kept drafts plus the target's own token."""
@@ -156,13 +145,13 @@ def ceilings(label, model, draft, rows, args, rng):
     - speculative at batch 1: a round costs at least k draft steps plus one target step (a (k + 1)-token
       verification reads every weight too), and emits expected_tokens(alpha, k) tokens at the measured per-draft
       acceptance; ceiling = best over dtypes and k = 1..16 of that rate against full precision's best."""
+    if not isinstance(engine.decode_weights(model), DecodeLayout):
+        return None
     B, B1 = max(args.batches), min(args.batches)
     full, spec = rows["full"], rows["speculative"][B1]
     lower, parts = [], {}
     for dt in DTYPES:
-        mm_full, mm_int8 = products_s(model, dt, B, "none"), products_s(model, dt, B, "int8")
-        if mm_full is None or mm_int8 is None:
-            return None
+        mm_full, mm_int8 = (matmul_floor(model, B, dt, quant=q)[0] for q in ("none", "int8"))
         lower.append(B / full[B][dt] - max(0.0, mm_full - mm_int8))
         parts[dt] = dict(step_ms=1e3 * B / full[B][dt], products_ms=1e3 * mm_full, int8_products_ms=1e3 * mm_int8)
     int8 = (B / full[B]["tok_s"]) / min(lower)

@@ -18,16 +18,11 @@ Options before the overrides: --steps N (default 5). The last stdout line is JSO
 peak, `peer` the measured step s, `ratio` predicted / measured (the MFU; goal: a prediction within 2x of a
 measured step, 0.5 <= ratio <= 1), `memory_ratio` predicted / measured peak bytes (None on CPU), `fits`.
 """
-import os
-import re
 import sys
 
-for _arg in sys.argv[1:]:  # cpu:N needs N host devices before JAX starts (as `python -m rlpt.plan`)
-    _m = re.fullmatch(r"target=cpu:(\d+)", _arg)
-    if _m:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={_m.group(1)}").strip()
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+from rlpt.plan.chips import request_cpu_devices
+
+request_cpu_devices(sys.argv[1:])  # before JAX starts, as `python -m rlpt.plan`
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -39,11 +34,10 @@ import numpy as np  # noqa: E402
 
 from rlpt.config.plan_schema import compose_plan  # noqa: E402
 from rlpt.models.ops import compiling_for  # noqa: E402
-from rlpt.models.transformer import init_params  # noqa: E402
-from rlpt.parallel import axis_rules, make_mesh  # noqa: E402
-from rlpt.plan.chips import parse_target, target_devices  # noqa: E402
+from rlpt.parallel import axis_rules  # noqa: E402
 from rlpt.plan.programs import train_program  # noqa: E402
-from rlpt.plan.rehearse import compile_program  # noqa: E402
+from rlpt.plan.rehearse import compile_program, rehearsal_context  # noqa: E402
+from rlpt.train.loop import build_model  # noqa: E402
 from rlpt.train.optim import make_optimizer  # noqa: E402
 from rlpt.train.state import create_state  # noqa: E402
 
@@ -75,31 +69,25 @@ def random_batch(abstract: dict, vocab: int, seed: int) -> dict:
 
 
 def materialize_state(cfg, abstract_state, mesh):
-    """The train state the program takes, initialised on the devices with its shardings (no LoRA)."""
+    """The train state the program takes: the run's starting model (`build_model`: train.init_from or a fresh
+    init) and the optimizer's state, placed with the program's shardings, as `make_trainer` builds it (no LoRA)."""
     if cfg.lora.rank > 0:
         raise ValueError("plan_vs_measured: lora.rank > 0 is not supported (its state has the adapters)")
     optimizer = make_optimizer(cfg.optim, cfg.train.steps)
     shardings = jax.tree.map(lambda s: s.sharding, abstract_state)
-
-    def build():
-        params = init_params(cfg.model, jax.random.key(cfg.train.seed))
-        frozen = {"ref": params} if abstract_state.frozen else {}
-        return create_state(params, optimizer, cfg.train.seed, frozen)
-
     with jax.set_mesh(mesh):
-        return jax.jit(build, out_shardings=shardings)()
+        params = build_model(cfg, mesh).params
+        frozen = {"ref": params} if abstract_state.frozen else {}
+        return jax.jit(lambda p, f: create_state(p, optimizer, cfg.train.seed, f),
+                       out_shardings=shardings)(params, frozen)
 
 
 def measure(overrides: list[str], steps: int = 5) -> dict:
     cfg = compose_plan(overrides)
-    target = parse_target(cfg.target)
-    if target.kind == "tpu":
+    if cfg.target.startswith("tpu"):
         raise ValueError(f"target={cfg.target}: plan_vs_measured runs the step, so the target must be this "
                          "machine's devices (gpu:<h100|h200>-<n> or cpu:<n>)")
-    devices = target_devices(target)
-    mesh = make_mesh(cfg.mesh, devices)
-    ctx = {"platform": target.kind, "devices": len(devices), "mesh": mesh, "plan": cfg.plan,
-           "capacity": target.chip.hbm_bytes, "peak": target.chip.peak_flops, "bw": target.chip.hbm_bw}
+    target, devices, mesh, ctx = rehearsal_context(cfg)
     with compiling_for(target.kind), axis_rules(cfg.mesh.rules):
         ctx["built"] = []
         prog = train_program(cfg, cfg.model, mesh)

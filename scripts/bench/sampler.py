@@ -47,7 +47,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from rlpt.models import Model, ModelConfig, init_model  # noqa: E402
 from rlpt.models.ops.xla_cpu_decode import decode_params, project  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
-from rlpt.sampling import generate  # noqa: E402
+from rlpt.plan.programs import body_params  # noqa: E402
+from rlpt.sampling import engine, generate  # noqa: E402
 
 CONFIG = ModelConfig(family="qwen2", vocab_size=8192, hidden_size=256, intermediate_size=1024, num_layers=8,
                      num_heads=8, num_kv_heads=2, qkv_bias=True, tie_embeddings=True,
@@ -87,16 +88,17 @@ def decode_products(dparams, x):
     return jnp.sum(project(dparams["head"], x, dt), axis=0)
 
 
-def matmul_floor(model, batch, dtype, repeats=9):
+def matmul_floor(model, batch, dtype, repeats=9, quant="none"):
     """(seconds, FLOP/s) of `decode_products` at `batch` columns in compute dtype `dtype`: the time one decode
     step spends on its matmuls at the rate this machine multiplies matrices of these shapes, whatever else the
-    step does."""
-    dparams = decode_params(model.params, dataclasses.replace(CONFIG, compute_dtype=dtype))
-    x = jnp.ones((CONFIG.hidden_size, batch), dparams["head"].dtype)
+    step does. quant "int8" / "int4": with the sampler's quantized decode layout (`engine.decode_weights`; CPU)."""
+    cfg = dataclasses.replace(model.config, compute_dtype=dtype)
+    dparams = (decode_params(model.params, cfg) if quant == "none"
+               else engine.decode_weights(Model(cfg, model.params), quant=quant).weights)
+    x = jnp.ones((cfg.hidden_size, batch), dparams["head"].dtype)
     jax.block_until_ready(decode_products(dparams, x))
     seconds = best_of(lambda: jax.block_until_ready(decode_products(dparams, x)), repeats)
-    weights = sum(lp[w].size for lp in dparams["layers"] for w in ("wqkv", "wo", "w_gate_up", "w_down"))
-    flops = 2 * batch * (weights + dparams["head"].size)
+    flops = 2 * batch * (body_params(cfg) + cfg.vocab_size * cfg.hidden_size)
     return seconds, flops / seconds
 
 
