@@ -210,8 +210,7 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
     if segment_ids is None:
         segment_ids = jnp.ones((B, T), jnp.int32)
     positions, segment_ids = positions.astype(jnp.int32), segment_ids.astype(jnp.int32)
-    x = jnp.take(params["embed"], tokens, axis=0) if embeds is None else embeds
-    x = constrain(x.astype(cfg.dtype), ACT)
+    x = embed_tokens(params, cfg, tokens) if embeds is None else constrain(embeds.astype(cfg.dtype), ACT)
     cos, sin = rope_cos_sin(cfg, positions)
     if cache is not None:
         x, new_cache = _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, cache_window)
@@ -222,6 +221,11 @@ def hidden_states(params, cfg: ModelConfig, tokens, positions=None, segment_ids=
 
     x = _run_layers(cfg, body, x, params["layers"])
     return rms_norm(cfg, x, params["final_norm"]), None
+
+
+def embed_tokens(params, cfg: ModelConfig, tokens):
+    """The input embeddings (B, T, D) of tokens (B, T), in the compute dtype."""
+    return constrain(jnp.take(params["embed"], tokens, axis=0).astype(cfg.dtype), ACT)
 
 
 def _run_layers(cfg, body, carry, layers):
@@ -298,28 +302,40 @@ def layer_list(layers) -> list:
     return [jax.tree.map(lambda a, i=i: a[i], layers) for i in range(num_layers)]
 
 
-def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, window=None):
+def _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, window=None, which=slice(None)):
     """The layers over `init_cache`'s per-layer buffers, unrolled: each layer writes its own K/V buffer in place
-    (a scan would slice and re-stack the whole cache every call). params["layers"] may be a `layer_list`."""
+    (a scan would slice and re-stack the whole cache every call). params["layers"] may be a `layer_list`.
+    which: the layers to run (a slice; `cached_layers`)."""
     def block(x, lp, lc, index):
         return _block(cfg, x, lp, cos, sin, positions, segment_ids, lc, index, window)
 
-    return over_cache(block, x, layer_list(params["layers"]), positions, segment_ids, cache, window)
+    return over_cache(block, x, layer_list(params["layers"]), positions, segment_ids, cache, window, which)
 
 
-def over_cache(block, x, layers, positions, segment_ids, cache, window=None):
+def cached_layers(params, cfg: ModelConfig, x, positions, segment_ids, cache, which=slice(None)):
+    """Hidden states x (B, T, D) entering layer `which.start` through the layers `which` selects, over their cache
+    buffers (`over_cache`): (x after them, not normed; the new cache). A self-draft runs its first layers
+    token by token and its verification the rest on the drafts' hidden states (`rlpt.sampling.speculative`)."""
+    positions, segment_ids = positions.astype(jnp.int32), segment_ids.astype(jnp.int32)
+    cos, sin = rope_cos_sin(cfg, positions)
+    return _cached_layers(params, cfg, x, cos, sin, positions, segment_ids, cache, None, which)
+
+
+def over_cache(block, x, layers, positions, segment_ids, cache, window=None, which=slice(None)):
     """x through block(x, layer_params, layer_cache, index) -> (x, {"k", "v"}) for each layer and its cache
-    buffers; the cache's positions/segment ids take the new (B, T) entries at cache["index"] and the layers
-    see them cut to `window`. Returns (x, the new cache, its index advanced by T)."""
+    buffers (the layers `which` selects: a slice of them; the others' buffers are kept as they are); the cache's
+    positions/segment ids take the new (B, T) entries at cache["index"] and the layers see them cut to `window`.
+    Returns (x, the new cache, its index advanced by T)."""
     index = cache["index"]
     kv_positions = write_rows(cache["positions"], positions, index)
     kv_segments = write_rows(cache["segment_ids"], segment_ids, index)
-    ks, vs = [], []
+    ks, vs = list(cache["k"]), list(cache["v"])
+    if len(layers) != len(ks):
+        raise ValueError(f"{len(layers)} layers' params for a cache of {len(ks)} layers")
     seen = {"positions": kv_positions[:, :window], "segment_ids": kv_segments[:, :window]}  # what attention reads
-    for lp, k, v in zip(layers, cache["k"], cache["v"], strict=True):
-        x, new = block(x, lp, {"k": k, "v": v, **seen}, index)
-        ks.append(new["k"])
-        vs.append(new["v"])
+    for i in range(len(ks))[which]:
+        x, new = block(x, layers[i], {"k": ks[i], "v": vs[i], **seen}, index)
+        ks[i], vs[i] = new["k"], new["v"]
     return x, {"k": tuple(ks), "v": tuple(vs), "positions": kv_positions, "segment_ids": kv_segments,
                "index": index + positions.shape[1]}
 

@@ -25,8 +25,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models import Model
-from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_logits
-from rlpt.models.transformer import hidden_states, layer_list, logits_from_hidden, merged_params
+from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_blocks, decode_embed, decode_head, decode_logits
+from rlpt.models.transformer import (
+    cached_layers,
+    embed_tokens,
+    hidden_states,
+    layer_list,
+    logits_from_hidden,
+    merged_params,
+    rms_norm,
+)
 from rlpt.sampling import engine
 from rlpt.sampling.generate import (
     Generation,
@@ -107,19 +115,93 @@ def _draft_round(dweights, dcfg, methods, state: SamplingState, dcache, k: int):
     return jnp.stack(drafts, 1), jnp.stack(logq, 1), dcache
 
 
-def _verify(params, cfg, methods, state: SamplingState, drafts, logq):
-    """The target's verdict on the drafts (B, k): (emitted tokens (B, k + 1), how many of them each row takes
-    (B,), raw and sampling log-probs (B, k + 1), kept drafts (B,), the target cache after the forward)."""
-    B, k = drafts.shape
-    active = ~state.done
+def _target_logits(params, cfg, state: SamplingState, drafts):
+    """The target's logits (B, k + 1, V) of each row's last token and its k drafts (B, k), as one (k + 1)-token
+    forward over its cache, and the cache after it."""
+    k = drafts.shape[1]
     feed = jnp.concatenate([state.last_token[:, None], drafts], axis=1)
-    positions = state.positions[:, None] + jnp.arange(k + 1, dtype=jnp.int32)[None]
-    segments = jnp.broadcast_to(active[:, None], (B, k + 1)).astype(jnp.int32)
+    positions, segments = _feed_slots(state, k + 1)
     if isinstance(params, DecodeLayout):
-        raw, cache = decode_logits(params.weights, cfg, feed, positions, segments, state.cache)
-    else:
-        hidden, cache = hidden_states(params, cfg, feed, positions, segments, cache=state.cache)
-        raw = logits_from_hidden(params, cfg, hidden)
+        return decode_logits(params.weights, cfg, feed, positions, segments, state.cache)
+    hidden, cache = hidden_states(params, cfg, feed, positions, segments, cache=state.cache)
+    return logits_from_hidden(params, cfg, hidden), cache
+
+
+def _feed_slots(state: SamplingState, T: int):
+    """positions and segment ids (B, T) of T tokens fed to every row from its next free slot (live rows only)."""
+    positions = state.positions[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
+    return positions, jnp.broadcast_to((~state.done)[:, None], positions.shape).astype(jnp.int32)
+
+
+# LayerSkip-style self-speculation (Elhoushi et al. 2024, "LayerSkip: Enabling Early Exit Inference and
+# Self-Speculative Decoding"): the draft is the target's first E layers with its final norm and head. Its steps
+# write those E layers' K/V straight into the target's cache (the same weights on the same tokens: the K/V the
+# target would write), and the verification runs only the remaining layers, on the hidden states the draft's
+# steps left after layer E. No draft cache, no draft prefill, and a verification that skips E of L layers.
+# Hidden states are in the weights' own layout: XLA:CPU's decode layout keeps (D, B * T) columns, the params
+# (B, T, D) rows.
+
+def _embed(weights, cfg, tokens):
+    if isinstance(weights, DecodeLayout):
+        return decode_embed(weights.weights, cfg, tokens)
+    return embed_tokens(weights, cfg, tokens)
+
+
+def _layers(weights, cfg, x, positions, segments, cache, which):
+    if isinstance(weights, DecodeLayout):
+        return decode_blocks(weights.weights, cfg, x, positions, segments, cache, None, which)
+    return cached_layers(weights, cfg, x, positions, segments, cache, which)
+
+
+def _head(weights, cfg, x, positions):
+    """Logits (B, T, V) of the last layer's hidden states x."""
+    if isinstance(weights, DecodeLayout):
+        return decode_head(weights.weights, cfg, x, positions).reshape(*positions.shape, -1)
+    return logits_from_hidden(weights, cfg, rms_norm(cfg, x, weights["final_norm"]))
+
+
+def _join_columns(weights, xs):
+    """The hidden states of T single-token steps (each one column per row) as one T-token input."""
+    if isinstance(weights, DecodeLayout):  # (D, B) each -> (D, B * T), token t of row b at column b * T + t
+        return jnp.stack(xs, axis=-1).reshape(xs[0].shape[0], -1)
+    return jnp.concatenate(xs, axis=1)  # (B, 1, D) each -> (B, T, D)
+
+
+def _self_draft_round(weights, cfg, exit_layer: int, methods, state: SamplingState, k: int):
+    """k drafts per row (B, k) from the target's first exit_layer layers, their sampling-distribution log-probs
+    (B, k, V), the hidden states after layer exit_layer of the row's last token and its k drafts (k + 1 steps;
+    the last one only runs d_k through the layers), and the target's cache with those layers' K/V written."""
+    seg = (~state.done).astype(jnp.int32)[:, None]
+    stream = _stream(state.rng, _DRAFT)
+    first = slice(0, exit_layer)
+    cache, token, drafts, logq, xs = state.cache, state.last_token, [], [], []
+    for i in range(k + 1):
+        pos = (state.positions + i)[:, None]
+        x, cache = _layers(weights, cfg, _embed(weights, cfg, token[:, None]), pos, seg,
+                           dict(cache, index=state.cache["index"] + i), first)
+        xs.append(x)
+        if i == k:
+            break
+        adjusted = apply_methods(methods, _head(weights, cfg, x, pos)[:, 0])
+        token = _draw(methods, adjusted, row_uniforms(stream, state.row_ids, state.lengths + i))
+        drafts.append(token)
+        logq.append(jax.nn.log_softmax(adjusted, axis=-1))
+    return jnp.stack(drafts, 1), jnp.stack(logq, 1), xs, cache
+
+
+def _rest_logits(weights, cfg, exit_layer: int, state: SamplingState, xs, cache):
+    """The target's logits (B, k + 1, V) from the self-draft's hidden states xs after layer exit_layer: the
+    remaining layers as one (k + 1)-token forward over their cache buffers; and the cache after it."""
+    positions, segments = _feed_slots(state, len(xs))
+    x, cache = _layers(weights, cfg, _join_columns(weights, xs), positions, segments,
+                       dict(cache, index=state.cache["index"]), slice(exit_layer, None))
+    return _head(weights, cfg, x, positions), cache
+
+
+def _verdict(methods, state: SamplingState, drafts, logq, raw):
+    """The target's verdict on the drafts (B, k) from its logits raw (B, k + 1, V): (emitted tokens (B, k + 1),
+    how many of them each row takes (B,), raw and sampling log-probs (B, k + 1), kept drafts (B,))."""
+    B, k = drafts.shape
     raw = raw.astype(jnp.float32)  # (B, k + 1, V)
     V = raw.shape[-1]
     adjusted = apply_methods(methods, raw.reshape(B * (k + 1), V)).reshape(B, k + 1, V)
@@ -149,15 +231,22 @@ def _verify(params, cfg, methods, state: SamplingState, drafts, logq):
     emitted = jnp.where(cols < kept[:, None], jnp.pad(drafts, ((0, 0), (0, 1))), extra[:, None])
     raw_lp = _at(jax.nn.log_softmax(raw, axis=-1), emitted)
     sampling_lp = jnp.zeros_like(raw_lp) if greedy else _at(logp, emitted)
-    return emitted, kept + 1, raw_lp, sampling_lp, kept, cache
+    return emitted, kept + 1, raw_lp, sampling_lp, kept
 
 
-def speculative_round(params, cfg, dweights, dcfg, methods, stop_ids, k, s: SpeculativeState) -> SpeculativeState:
-    """One draft-then-verify round for every live row (finished rows keep their state)."""
+def speculative_round(params, cfg, dweights, dcfg, methods, stop_ids, k, s: SpeculativeState,
+                      exit_layer: int = 0) -> SpeculativeState:
+    """One draft-then-verify round for every live row (finished rows keep their state). exit_layer > 0: the
+    draft is the target's first exit_layer layers, sharing its cache (dweights, dcfg and the draft cache unused)."""
     state = s.target
     active = ~state.done
-    drafts, logq, dcache = _draft_round(dweights, dcfg, methods, state, s.draft_cache, k)
-    emitted, count, raw_lp, sampling_lp, kept, cache = _verify(params, cfg, methods, state, drafts, logq)
+    if exit_layer:
+        drafts, logq, xs, cache = _self_draft_round(params, cfg, exit_layer, methods, state, k)
+        raw, cache = _rest_logits(params, cfg, exit_layer, state, xs, cache)
+    else:
+        drafts, logq, dcache = _draft_round(dweights, dcfg, methods, state, s.draft_cache, k)
+        raw, cache = _target_logits(params, cfg, state, drafts)
+    emitted, count, raw_lp, sampling_lp, kept = _verdict(methods, state, drafts, logq, raw)
 
     B, N = state.tokens.shape
     cols = jnp.arange(k + 1, dtype=jnp.int32)[None]
@@ -178,7 +267,7 @@ def speculative_round(params, cfg, dweights, dcfg, methods, stop_ids, k, s: Spec
     last = jnp.take_along_axis(emitted, jnp.maximum(take - 1, 0)[:, None], axis=1)[:, 0]
     index = jnp.where(active, state.cache["index"] + take, state.cache["index"])
     cache = constrain_cache(dict(cache, index=index))
-    dcache = constrain_cache(dict(dcache, index=index))
+    dcache = s.draft_cache if exit_layer else constrain_cache(dict(dcache, index=index))
     finish = jnp.where(stopped, STOP, jnp.where(at_limit, LENGTH, state.finish))
     target = state.replace(
         tokens=put(state.tokens, emitted), logprobs=put(state.logprobs, sampling_lp),
@@ -190,14 +279,15 @@ def speculative_round(params, cfg, dweights, dcfg, methods, stop_ids, k, s: Spec
                             accepted=s.accepted + jnp.sum(jnp.where(active, kept, 0)), rounds=s.rounds + 1)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "dcfg", "methods", "stop_ids", "k"), donate_argnames=("s",))
-def speculative_decode(params, dweights, s: SpeculativeState, *, cfg, dcfg, methods, stop_ids, k):
-    """Rounds until every row is done."""
+@functools.partial(jax.jit, static_argnames=("cfg", "dcfg", "methods", "stop_ids", "k", "exit_layer"),
+                   donate_argnames=("s",))
+def speculative_decode(params, dweights, s: SpeculativeState, *, cfg, dcfg, methods, stop_ids, k, exit_layer=0):
+    """Rounds until every row is done (exit_layer: `speculative_round`'s)."""
     def cond(s):
         return ~jnp.all(s.target.done)
 
     return jax.lax.while_loop(cond, functools.partial(speculative_round, params, cfg, dweights, dcfg, methods,
-                                                      stop_ids, k), s)
+                                                      stop_ids, k, exit_layer=exit_layer), s)
 
 
 def _verify_weights(model):
@@ -215,17 +305,21 @@ def _verify_params(params, cfg):
     return dict(params, layers=layer_list(params["layers"]))
 
 
-def self_draft(target, layers: int):
-    """A LayerSkip-style self-draft of `target`: its first `layers` layers with its own final norm and head, as
-    (the draft Model the prefill runs, the weights its decoding reads). The decoding weights are the target's own
-    (on CPU its `DecodeLayout` with the layer list cut: the same arrays, no copy), so the draft adds no bytes to
-    what each round reads: the draft's steps find the target's weights in the caches, where a separate copy
-    (here, the 10M model's 2-layer draft on a 32 MB L3) and the target evict each other. The Model (its layers
-    sliced once per weight version) serves the prefill; a ValueError names a count outside 1..num_layers - 1."""
+def self_draft_layers(target, layers) -> int:
+    """A self-draft's layer count, checked: a ValueError names a count outside 1..num_layers - 1."""
     L = target.config.num_layers
     if isinstance(layers, bool) or int(layers) != layers or not 1 <= layers < L:
         raise ValueError(f"draft={layers!r}: a self-draft takes 1..{L - 1} of the target's {L} layers")
-    n = int(layers)
+    return int(layers)
+
+
+def self_draft(target, layers: int):
+    """The self-draft `speculative_generate(target, layers, ...)` runs, as a standalone draft: the target's
+    first `layers` layers with its own final norm and head, as (a Model of them, the weights its decoding reads).
+    The Model's layers are a copy, sliced once per weight version; the decoding weights are the target's own (on
+    CPU its `DecodeLayout` with the layer list cut: the same arrays). `speculative_generate` with an int draft
+    shares more than this: its draft steps write the target's cache and its verification starts after them."""
+    n = self_draft_layers(target, layers)
 
     def build(params, cfg):
         params = merged_params(params)
@@ -257,14 +351,14 @@ def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n
     `SamplingParams`, as in `generate`. draft: a Model with the target's vocabulary, or an int n: the target's
     own first n layers with its head (`self_draft`, reading the target's weights)."""
     temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
-    if isinstance(draft, (int, np.integer)):  # bool too: self_draft names it
-        draft, dweights = self_draft(target, draft)
+    exit_layer = 0
+    if isinstance(draft, (int, np.integer)):  # bool too: self_draft_layers names it
+        exit_layer = self_draft_layers(target, draft)
     else:
         check_draft(target, draft)
-        dweights = None
     if int(k) != k or k < 1:
         raise ValueError(f"k={k!r}; expected an integer >= 1 (drafts per round)")
-    cfg, params, dcfg = target.config, target.params, draft.config
+    cfg, params = target.config, target.params
     req = check_request(cfg, prompt_tokens, max_new_tokens, n, temperature, top_k, top_p, min_p, stop_ids)
     methods, prompts, limits, width, stop_ids = req.methods, req.prompts, req.limits, req.width, req.stop_ids
     # Room for the last round's k + 1 writes past a row's final token (one slot stays scratch).
@@ -274,12 +368,16 @@ def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n
         row_ids = np.arange(row_offset, row_offset + len(prompts) * n, dtype=np.uint32)
         common = dict(methods=methods, stop_ids=stop_ids, n=int(n), cache_len=cache_len, width=width)
         state = engine.prefill(params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=cfg, **common)
-        dstate = engine.prefill(draft.params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=dcfg, **common)
-        s = SpeculativeState(target=state, draft_cache=dstate.cache, proposed=jnp.zeros((), jnp.int32),
+        if exit_layer:  # the draft's steps write the target's own cache: no draft cache, no draft prefill
+            dweights, dcfg, dcache = None, None, {}
+        else:
+            dweights, dcfg = engine.decode_weights(draft), draft.config
+            dcache = engine.prefill(draft.params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=dcfg,
+                                    **common).cache
+        s = SpeculativeState(target=state, draft_cache=dcache, proposed=jnp.zeros((), jnp.int32),
                              accepted=jnp.zeros((), jnp.int32), rounds=jnp.zeros((), jnp.int32))
-        dweights = engine.decode_weights(draft) if dweights is None else dweights
-        s = speculative_decode(_verify_weights(target), dweights, s, cfg=cfg, dcfg=dcfg,
-                               methods=methods, stop_ids=stop_ids, k=int(k))
+        s = speculative_decode(_verify_weights(target), dweights, s, cfg=cfg, dcfg=dcfg, methods=methods,
+                               stop_ids=stop_ids, k=int(k), exit_layer=exit_layer)
     gen = to_generation(s.target, keep_state=False)
     stats = jax.device_get({"p": s.proposed, "a": s.accepted, "r": s.rounds})
     return SpeculativeGeneration(**{f.name: getattr(gen, f.name) for f in dataclasses.fields(Generation)},

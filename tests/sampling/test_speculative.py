@@ -128,25 +128,59 @@ def test_self_draft_from_the_targets_first_layers():
     np.testing.assert_array_equal(spec.tokens, generate(target, PROMPTS, 16, temperature=0.0).tokens)
 
 
-def test_an_int_draft_is_a_self_draft_that_reads_the_targets_own_weights():
-    """draft=1: the target's first layer with its head, decoded from the target's weights (no copy); it draws
-    exactly what the same layers given as a separate Model draw."""
+@pytest.mark.parametrize("ops", ["xla_cpu", "reference"])
+def test_an_int_draft_is_a_self_draft_that_shares_the_targets_weights_and_cache(ops):
+    """draft=1: the target's first layer with its head, decoded from the target's weights (no copy), writing that
+    layer's K/V into the target's own cache, with the verification running only the layers after it (LayerSkip's
+    self-speculation). It draws exactly what the same layers given as a separate Model (its own cache and
+    prefill, a full verification forward) draw, on both ops backends (XLA:CPU's decode layout, the params)."""
     target = tiny_model()
+    target = Model(dataclasses.replace(target.config, ops=ops), target.params)
     layers = jax.tree.map(lambda a: a[:1], target.params["layers"])
-    copy = Model(dataclasses.replace(TINY, num_layers=1), dict(target.params, layers=layers))
+    copy = Model(dataclasses.replace(target.config, num_layers=1), dict(target.params, layers=layers))
     shared = speculative_generate(target, 1, PROMPTS, 12, k=3, n=2, temperature=0.8, seed=5)
     apart = speculative_generate(target, copy, PROMPTS, 12, k=3, n=2, temperature=0.8, seed=5)
     np.testing.assert_array_equal(shared.tokens, apart.tokens)
     np.testing.assert_allclose(shared.logprobs, apart.logprobs, atol=1e-5)
-    assert (shared.proposed, shared.accepted) == (apart.proposed, apart.accepted)
-    greedy = speculative_generate(target, 1, PROMPTS, 16, temperature=0.0, k=4)
-    np.testing.assert_array_equal(greedy.tokens, generate(target, PROMPTS, 16, temperature=0.0).tokens)
+    assert (shared.proposed, shared.accepted, shared.rounds) == (apart.proposed, apart.accepted, apart.rounds)
+    assert 0 < shared.accepted < shared.proposed
+    # Greedy with stop ids and per-prompt limits: the target's own tokens, the last round's writes included.
+    plain = generate(target, PROMPTS, [9, 20, 3, 14, 20], temperature=0.0, n=2, stop_ids=(5, 17))
+    greedy = speculative_generate(target, 1, PROMPTS, [9, 20, 3, 14, 20], temperature=0.0, n=2, k=4,
+                                  stop_ids=(5, 17))
+    np.testing.assert_array_equal(greedy.tokens, plain.tokens)
+    np.testing.assert_array_equal(greedy.lengths, plain.lengths)
+    np.testing.assert_allclose(greedy.logprobs, plain.logprobs, atol=2e-5)
     model, weights = self_draft(target, 1)
     assert model.config.num_layers == 1 and self_draft(target, 1)[0] is model  # built once per weight version
     full = engine.decode_weights(target)
-    if hasattr(full, "weights"):  # XLA:CPU's decode layout: the draft's layers are the target's arrays
+    if ops == "xla_cpu":  # XLA:CPU's decode layout: the draft's layers are the target's arrays
         assert weights.weights["layers"][0]["wqkv"] is full.weights["layers"][0]["wqkv"]
         assert weights.weights["head"] is full.weights["head"] and len(weights.weights["layers"]) == 1
     for bad in (0, TINY.num_layers, True):
         with pytest.raises(ValueError, match=f"draft={bad!r}: a self-draft takes 1..{TINY.num_layers - 1}"):
             speculative_generate(target, bad, PROMPTS, 4)
+
+
+def test_a_self_draft_verification_equals_the_targets_full_forward():
+    """The shared path's pieces: the draft's steps (the first layer, token by token) then the verification (the
+    other layers on their hidden states) give the logits and the cache of the target's one (k + 1)-token forward,
+    up to float summation order."""
+    from rlpt.sampling import speculative as sp
+    from rlpt.sampling.generate import check_request, pad_prompts, plan_cache, seed_key
+
+    target = tiny_model()
+    cfg, k = target.config, 3
+    req = check_request(cfg, PROMPTS, 10, 1, 1.0, None, None, None, ())
+    T, cache_len = plan_cache(req.prompts, req.width + k + 1, None)
+    tokens, lengths = pad_prompts(req.prompts, T)
+    state = engine.prefill(target.params, tokens, lengths, req.limits, seed_key(0), np.arange(len(PROMPTS),
+                           dtype=np.uint32), cfg=cfg, methods=req.methods, stop_ids=(), n=1, cache_len=cache_len,
+                           width=req.width)
+    weights = sp._verify_weights(target)
+    drafts, _, xs, cache = sp._self_draft_round(weights, cfg, 1, req.methods, state, k)
+    raw, cache = sp._rest_logits(weights, cfg, 1, state, xs, cache)
+    ref, ref_cache = sp._target_logits(weights, cfg, state, drafts)
+    np.testing.assert_allclose(raw, ref, atol=1e-4)
+    for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(ref_cache), strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), atol=1e-4)

@@ -105,19 +105,35 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
 
     dparams: `decode_params`; cache: `init_cache`'s, the tokens written from cache["index"] (B,), as
     `hidden_states(..., cache=cache, cache_window=window)` does; the B * T tokens are the columns."""
-    dt, eps = cfg.dtype, cfg.rms_norm_eps
     single = tokens.ndim == 1
     if single:
         tokens, positions, segment_ids = tokens[:, None], positions[:, None], segment_ids[:, None]
-    (B, T), H, KV, Dh = tokens.shape, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    x, new_cache = decode_blocks(dparams, cfg, decode_embed(dparams, cfg, tokens), positions, segment_ids, cache,
+                                 window)
+    logits = decode_head(dparams, cfg, x, positions)
+    return (logits if single else logits.reshape(*tokens.shape, -1)), new_cache
+
+
+def decode_embed(dparams, cfg: ModelConfig, tokens):
+    """The input columns (D, B * T) of tokens (B, T), row-major (token t of row b is column b * T + t)."""
+    return constrain(jnp.take(dparams["embed"], tokens.reshape(-1), axis=0).astype(cfg.dtype).T, COLUMNS)
+
+
+def _own(positions):
+    """fn() in its own buffers (`materialized`), where XLA would fold the transpose into the matmul."""
+    again = jnp.min(positions) < 0  # never true for a decoded token: `materialized` runs once
+    return lambda fn: materialized(fn, again)
+
+
+def decode_blocks(dparams, cfg: ModelConfig, x, positions, segment_ids, cache, window=None, layers=slice(None)):
+    """Columns x (D, B * T) through the decoder layers `layers` (a slice of them: a self-draft runs the first
+    ones, its verification the rest) over their cache buffers; positions, segment_ids (B, T). Returns (x, the cache
+    with those layers' K/V, the T tokens' positions and segments written at cache["index"], index advanced by T)."""
+    dt, eps = cfg.dtype, cfg.rms_norm_eps
+    (B, T), H, KV, Dh = positions.shape, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     pos, seg = positions.astype(jnp.int32), segment_ids.astype(jnp.int32)
     cos, sin = rope_cos_sin(cfg, pos)
-    again = jnp.min(pos) < 0  # never true for a decoded token: `materialized` runs once
-
-    def own(fn):  # fn() in its own buffers, where XLA would fold the transpose into the matmul
-        return materialized(fn, again)
-
-    x = constrain(jnp.take(dparams["embed"], tokens.reshape(-1), axis=0).astype(dt).T, COLUMNS)  # (D, B * T)
+    own = _own(pos)
 
     def rows(q, k, v):  # (heads * Dh, B * T) each -> (B, T, heads, Dh), transposed in their own buffers
         return own(lambda: tuple(a.T.reshape(B, T, -1, Dh) for a in (q, k, v)))
@@ -131,8 +147,11 @@ def decode_logits(dparams, cfg: ModelConfig, tokens, positions, segment_ids, cac
         x = constrain(x + (attn + lp["bo"] if cfg.o_bias else attn), COLUMNS)
         return constrain(x + _mlp(cfg, lp, _norm(x, lp["mlp_norm"], eps)), COLUMNS), new
 
-    x, new_cache = over_cache(block, x, dparams["layers"], pos, seg, cache, window)
-    h = _norm(x, dparams["final_norm"], eps)
+    return over_cache(block, x, dparams["layers"], pos, seg, cache, window, layers)
+
+
+def decode_head(dparams, cfg: ModelConfig, x, positions):
+    """Logits (B * T, V) in cfg.logits_dtype of the last layer's columns x (D, B * T) (positions (B, T))."""
+    h = _norm(x, dparams["final_norm"], cfg.rms_norm_eps)
     logits = project(dparams["head"], h, DTYPES[cfg.logits_dtype])  # (V, B * T)
-    logits = constrain(own(lambda: logits.T), ("batch", "act_vocab"))
-    return (logits if single else logits.reshape(B, T, -1)), new_cache
+    return constrain(_own(positions)(lambda: logits.T), ("batch", "act_vocab"))
