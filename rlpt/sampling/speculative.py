@@ -343,17 +343,21 @@ def check_draft(target, draft):
 
 def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n=1, temperature=1.0, top_k=None,
                          top_p=None, min_p=None, stop_ids=(), seed=0, mesh=None,
-                         row_offset=0, sampling=None) -> SpeculativeGeneration:
+                         row_offset=0, sampling=None, shared_cache=True) -> SpeculativeGeneration:
     """Sample from `target` with `draft` proposing k tokens per round; the same arguments and result as
     `rlpt.sampling.generate` (rows prompt-major, n samples per prompt sharing one prefill), plus the draft
     statistics (`SpeculativeGeneration`). The tokens follow the target's sampling distribution exactly (greedy:
     the target's own argmax tokens); the result holds no live cache (continuation is not supported). sampling: a
     `SamplingParams`, as in `generate`. draft: a Model with the target's vocabulary, or an int n: the target's
-    own first n layers with its head (`self_draft`, reading the target's weights)."""
+    own first n layers with its head, reading the target's weights (LayerSkip's self-speculation: its steps write
+    the target's cache and the verification runs only the layers after them). shared_cache=False (an ablation):
+    the int draft keeps its own cache and prefill and the verification runs every layer (`self_draft`)."""
     temperature, top_k, top_p, min_p = resolve_sampling(sampling, temperature, top_k, top_p, min_p)
-    exit_layer = 0
-    if isinstance(draft, (int, np.integer)):  # bool too: self_draft_layers names it
+    exit_layer, dweights = 0, None
+    if isinstance(draft, (int, np.integer)) and shared_cache:  # bool too: self_draft_layers names it
         exit_layer = self_draft_layers(target, draft)
+    elif isinstance(draft, (int, np.integer)):
+        draft, dweights = self_draft(target, draft)
     else:
         check_draft(target, draft)
     if int(k) != k or k < 1:
@@ -371,7 +375,8 @@ def speculative_generate(target, draft, prompt_tokens, max_new_tokens, *, k=4, n
         if exit_layer:  # the draft's steps write the target's own cache: no draft cache, no draft prefill
             dweights, dcfg, dcache = None, None, {}
         else:
-            dweights, dcfg = engine.decode_weights(draft), draft.config
+            dweights = engine.decode_weights(draft) if dweights is None else dweights
+            dcfg = draft.config
             dcache = engine.prefill(draft.params, tokens, lengths, limits, seed_key(seed), row_ids, cfg=dcfg,
                                     **common).cache
         s = SpeculativeState(target=state, draft_cache=dcache, proposed=jnp.zeros((), jnp.int32),

@@ -48,6 +48,7 @@ from sampler import CONFIG, bench_hf, best_of, matmul_floor  # noqa: E402
 from rlpt.models import Model, init_model, load_pretrained  # noqa: E402
 from rlpt.models.ops.xla_cpu_decode import DecodeLayout  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
+from rlpt.plan.programs import body_params  # noqa: E402
 from rlpt.sampling import engine, generate  # noqa: E402
 from rlpt.sampling.speculative import self_draft, speculative_generate  # noqa: E402
 
@@ -135,6 +136,15 @@ def per_draft_acceptance(rate, k):
     return (lo + hi) / 2
 
 
+def read_seconds(nbytes, repeats=9):
+    """Seconds this machine takes to read nbytes once, warm (a float32 sum over an array of that size, as a step
+    re-reads the same weights): what any matmul kernel needs at least to read weights of that size."""
+    x = jnp.ones((max(nbytes // 4, 1),), jnp.float32)
+    total = jax.jit(jnp.sum)
+    jax.block_until_ready(total(x))
+    return best_of(lambda: jax.block_until_ready(total(x)), repeats)
+
+
 def ceilings(label, model, draft, rows, args, rng):
     """The most each speed goal's setting could reach on this machine, from measured parts (None where the
     weights are not XLA:CPU's decode layout):
@@ -144,34 +154,48 @@ def ceilings(label, model, draft, rows, args, rng):
       dtype - max(0, full products - int8 products));
     - speculative at batch 1: a round costs at least k draft steps plus one target step (a (k + 1)-token
       verification reads every weight too), and emits expected_tokens(alpha, k) tokens at the measured per-draft
-      acceptance; ceiling = best over dtypes and k = 1..16 of that rate against full precision's best."""
+      acceptance; ceiling = best over dtypes and k = 1..16 of that rate against full precision's best.
+    - any weight-only int8 kernel at the largest batch (kernel-independent): storing a weight in 8 bits saves at
+      most the time to read the bytes it no longer stores; the multiply-adds stay (weight-only int8 dequantizes
+      to the compute dtype), so ceiling = best full step / min over dtypes of (full step - (time to read the
+      weights in that dtype - time to read them in int8)), each read timed warm (`read_seconds`)."""
     if not isinstance(engine.decode_weights(model), DecodeLayout):
         return None
     B, B1 = max(args.batches), min(args.batches)
     full, spec = rows["full"], rows["speculative"][B1]
     lower, parts = [], {}
+    n_weights = body_params(model.config) + model.config.vocab_size * model.config.hidden_size
+    read_int8, bw_lower = read_seconds(n_weights), []
     for dt in DTYPES:
         mm_full, mm_int8 = (matmul_floor(model, B, dt, quant=q)[0] for q in ("none", "int8"))
         lower.append(B / full[B][dt] - max(0.0, mm_full - mm_int8))
-        parts[dt] = dict(step_ms=1e3 * B / full[B][dt], products_ms=1e3 * mm_full, int8_products_ms=1e3 * mm_int8)
+        read_full = read_seconds(n_weights * jnp.dtype(dt).itemsize)
+        bw_lower.append(B / full[B][dt] - max(0.0, read_full - read_int8))
+        parts[dt] = dict(step_ms=1e3 * B / full[B][dt], products_ms=1e3 * mm_full, int8_products_ms=1e3 * mm_int8,
+                         weight_read_ms=1e3 * read_full, int8_weight_read_ms=1e3 * read_int8)
     int8 = (B / full[B]["tok_s"]) / min(lower)
+    int8_bandwidth = (B / full[B]["tok_s"]) / min(bw_lower)
     prompts = rng.integers(1, model.config.vocab_size, (B1, args.prompt)).tolist()
     best = (0.0, None, None, None)
     for dt in DTYPES:
         d = self_draft(with_dtype(model, dt), draft)[0] if isinstance(draft, int) else with_dtype(draft, dt)
-        draft_tok_s, _ = tokens_per_s(sampler_for("full", d, d, args.k), prompts, args.new, args.repeats)
+        draft_tok_s, _ = tokens_per_s(sampler_for("full", d, d, None), prompts, args.new, args.repeats)
         t_target, t_draft = B1 / full[B1][dt], B1 / draft_tok_s
-        alpha = per_draft_acceptance(spec[dt + "_acceptance"], args.k)
+        alpha = per_draft_acceptance(spec[dt + "_acceptance"], spec[dt + "_k"])
         parts[dt] |= dict(draft_vs_target_step=t_draft / t_target, per_draft_acceptance=alpha)
         for k in range(1, 17):
             rate = expected_tokens(alpha, k) / (k * t_draft + t_target) * B1
             best = max(best, (rate / full[B1]["tok_s"], k, dt, alpha))
     jax.clear_caches()
-    out = dict(int8=int8, speculative=best[0], speculative_k=best[1], speculative_dtype=best[2], parts=parts)
+    out = dict(int8=int8, int8_bandwidth=int8_bandwidth, speculative=best[0], speculative_k=best[1],
+               speculative_dtype=best[2], parts=parts)
     print(f"{label} ceiling on this machine: int8 weights at batch {B} <= x{int8:.2f} (weight products "
           + ", ".join(f"{dt} {p['products_ms']:.2f} ms full / {p['int8_products_ms']:.2f} ms int8 of a "
                       f"{p['step_ms']:.2f} ms step" for dt, p in parts.items())
-          + f"); speculative at batch {B1} <= x{best[0]:.2f} (k={best[1]}, {best[2]}: per-draft acceptance "
+          + f"); any weight-only int8 kernel at batch {B} <= x{int8_bandwidth:.2f} (reading the weights once, warm: "
+          + ", ".join(f"{dt} {p['weight_read_ms']:.2f} ms" for dt, p in parts.items())
+          + f", int8 {parts[DTYPES[0]]['int8_weight_read_ms']:.2f} ms)"
+          + f"; speculative at batch {B1} <= x{best[0]:.2f} (k={best[1]}, {best[2]}: per-draft acceptance "
           + f"{best[3]:.2f}, draft step x{parts[best[2]]['draft_vs_target_step']:.2f} of the target's, the "
           + "verification counted as one target step)", flush=True)
     return out
@@ -190,9 +214,14 @@ def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
                 speed = {}
                 for dt in DTYPES:
                     m, d = with_dtype(model, dt), with_dtype(draft, dt)
-                    speed[dt], out = tokens_per_s(sampler_for(name, m, d, args.k), prompts, args.new, args.repeats)
-                    if name == "speculative":
-                        speed[dt + "_acceptance"] = out.acceptance_rate
+                    for k in args.ks if name == "speculative" else [None]:
+                        tok_s, out = tokens_per_s(sampler_for(name, m, d, k), prompts, args.new, args.repeats)
+                        if k is not None:
+                            speed[f"{dt}_k{k}"], speed[f"{dt}_k{k}_acceptance"] = tok_s, out.acceptance_rate
+                        if tok_s > speed.get(dt, 0.0):
+                            speed[dt] = tok_s
+                            if k is not None:
+                                speed[dt + "_acceptance"], speed[dt + "_k"] = out.acceptance_rate, k
                 best = max(DTYPES, key=lambda dt: speed[dt])
                 rows.setdefault(name, {})[B] = dict(tok_s=speed[best], dtype=best, hf=hf[peer_dtype],
                                                     hf_dtype=peer_dtype, **{k: v for k, v in speed.items()})
@@ -204,7 +233,8 @@ def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
             for name in settings:
                 r = rows[name][B]
                 r.update(vs_full=r["tok_s"] / full, vs_hf=r["tok_s"] / r["hf"])
-                acc = f" acceptance {r[r['dtype'] + '_acceptance']:.2f}" if name == "speculative" else ""
+                acc = (f" k={r[r['dtype'] + '_k']} acceptance {r[r['dtype'] + '_acceptance']:.2f}"
+                       if name == "speculative" else "")
                 print(f"{label} batch {B:3d} {name:12s} {r['tok_s']:8.0f} tok/s ({r['dtype']}) x{r['vs_full']:.2f} "
                       f"full, x{r['vs_hf']:.2f} HF ({r['hf']:.0f} tok/s {peer_dtype}){acc}", flush=True)
     rows["ceiling"] = ceilings(label, model, draft, rows, args, np.random.default_rng(1))
@@ -214,12 +244,13 @@ def bench_model(label, model, draft, args, rng, tok=None, tasks=None):
     full_model = with_dtype(model, "float32")
     for name in settings:
         dt = rows[name][B]["dtype"]
-        gen = sampler_for(name, with_dtype(model, dt), with_dtype(draft, dt), args.k)(prompts, args.new,
-                                                                                     temperature=1.0, seed=2)
+        k = rows[name][B].get(dt + "_k")
+        gen = sampler_for(name, with_dtype(model, dt), with_dtype(draft, dt), k)(prompts, args.new,
+                                                                                temperature=1.0, seed=2)
         kl, se = kl_estimate(full_model, prompts, gen)
         info = dict(kl=kl, kl_se=se)
         if tasks is not None:
-            info["pass1"] = pass1(with_dtype(model, dt), tok, tasks, name, with_dtype(draft, dt), args.k,
+            info["pass1"] = pass1(with_dtype(model, dt), tok, tasks, name, with_dtype(draft, dt), k,
                                   args.eval_new)
         rows[name]["quality"] = info
         print(f"{label} {name:12s} KL(setting||full) {kl:.2e} +- {se:.1e}"
@@ -232,15 +263,16 @@ def main():
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new", type=int, default=128)
-    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--k", default="2,3,4", help="drafts per round; a list: the speculative row takes the fastest")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--run-dir", default="runs/bench_inference")
     ap.add_argument("--models", default="quickstart,bench10m")
     args = ap.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
+    args.ks = [int(k) for k in args.k.split(",")]
     rng = np.random.default_rng(0)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; prompt {args.prompt}, "
-          f"{args.new} new tokens, k={args.k}", flush=True)
+          f"{args.new} new tokens, k in {args.ks}", flush=True)
     import torch
     torch.set_num_threads(1)  # sampler.py's probe: a spinning default pool is slower on a 2-core machine
     results = {}
@@ -272,6 +304,8 @@ def main():
         "goal": {"ratio": 1.3, "speculative_ratio": 1.5, "pass1_drop_int8_points": 1.0},
         # the most this machine allows each goal's setting (see `ceilings`); None off XLA:CPU
         "int8_ceiling": ten["ceiling"] and round(ten["ceiling"]["int8"], 3),
+        # whatever the kernel: int8 saves at most the time to read the weights' bytes it does not store
+        "int8_bandwidth_ceiling": ten["ceiling"] and round(ten["ceiling"]["int8_bandwidth"], 3),
         "speculative_ceiling": ten["ceiling"] and round(ten["ceiling"]["speculative"], 3),
         "results": {m: {s: {str(b): {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                             for b, r in per.items()} for s, per in rows.items() if s != "ceiling"}

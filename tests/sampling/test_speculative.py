@@ -144,6 +144,8 @@ def test_an_int_draft_is_a_self_draft_that_shares_the_targets_weights_and_cache(
     np.testing.assert_allclose(shared.logprobs, apart.logprobs, atol=1e-5)
     assert (shared.proposed, shared.accepted, shared.rounds) == (apart.proposed, apart.accepted, apart.rounds)
     assert 0 < shared.accepted < shared.proposed
+    own_cache = speculative_generate(target, 1, PROMPTS, 12, k=3, n=2, temperature=0.8, seed=5, shared_cache=False)
+    np.testing.assert_array_equal(own_cache.tokens, shared.tokens)  # the ablation: own cache, full verification
     # Greedy with stop ids and per-prompt limits: the target's own tokens, the last round's writes included.
     plain = generate(target, PROMPTS, [9, 20, 3, 14, 20], temperature=0.0, n=2, stop_ids=(5, 17))
     greedy = speculative_generate(target, 1, PROMPTS, [9, 20, 3, 14, 20], temperature=0.0, n=2, k=4,
