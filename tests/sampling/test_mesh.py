@@ -43,3 +43,19 @@ def test_prompts_that_do_not_divide_over_the_mesh_are_prefilled_once_per_sample(
     np.testing.assert_allclose(sharded.logprobs, plain.logprobs, atol=1e-5)
     assert [r["shape"] for r in unsplit if any(u["logical"] == "batch" for u in r["unsplit"])] == []
     assert sharded.state.cache["k"][0].sharding.spec[0] == "fsdp"
+
+
+def test_self_speculation_on_a_mesh_matches_single_device():
+    """The self-draft's shared cache and shortened verification under a (data, tensor) mesh: the same tokens as on
+    one device, the target's cache sharded over the rows."""
+    from rlpt.sampling.speculative import speculative_generate
+
+    model = tiny_model()
+    sampler = jax.make_mesh((2, 4), ("data", "tensor"), axis_types=(AxisType.Auto,) * 2)
+    params = shard_params(model.params, model.config, sampler)
+    prompts = PROMPTS + [[1, 2]] * 3
+    plain = speculative_generate(model, 1, prompts, 8, k=3, temperature=0.0)
+    sharded = speculative_generate(model.with_params(params), 1, prompts, 8, k=3, temperature=0.0, mesh=sampler)
+    np.testing.assert_array_equal(sharded.tokens, plain.tokens)
+    np.testing.assert_array_equal(sharded.tokens, generate(model, prompts, 8, temperature=0.0).tokens)
+    assert (sharded.proposed, sharded.accepted) == (plain.proposed, plain.accepted)
