@@ -98,21 +98,36 @@ def _at(x, tokens):
     return jnp.take_along_axis(x, tokens[..., None], axis=-1)[..., 0]
 
 
-def _draft_round(dweights, dcfg, methods, state: SamplingState, dcache, k: int):
-    """k drafts per row (B, k), their sampling-distribution log-probs (B, k, V) and the draft cache with
-    last_token and d_1..d_k written (k + 1 single-token steps)."""
-    seg = (~state.done).astype(jnp.int32)
+def _propose(methods, state: SamplingState, k: int, step):
+    """k drafts per row (B, k) and their sampling-distribution log-probs (B, k, V). step(i, token) feeds token
+    (B,) at index i of the round to the draft (which keeps its cache) and returns its logits (B, V); it is called
+    k + 1 times: the last call writes d_k, and its logits are not computed (nothing reads them)."""
     stream = _stream(state.rng, _DRAFT)
     token, drafts, logq = state.last_token, [], []
     for i in range(k + 1):
-        logits, dcache = engine._step_logits(dweights, dcfg, token, state.positions + i, seg, dcache, None)
-        if i == k:  # writes d_k; its logits are not needed (and not computed: nothing reads them)
+        logits = step(i, token)
+        if i == k:
             break
         adjusted = apply_methods(methods, logits)
         token = _draw(methods, adjusted, row_uniforms(stream, state.row_ids, state.lengths + i))
         drafts.append(token)
         logq.append(jax.nn.log_softmax(adjusted, axis=-1))
-    return jnp.stack(drafts, 1), jnp.stack(logq, 1), dcache
+    return jnp.stack(drafts, 1), jnp.stack(logq, 1)
+
+
+def _draft_round(dweights, dcfg, methods, state: SamplingState, dcache, k: int):
+    """`_propose` with a separate draft: its drafts, their log-probs and its cache with last_token and d_1..d_k
+    written."""
+    seg = (~state.done).astype(jnp.int32)
+    caches = [dcache]
+
+    def step(i, token):
+        logits, cache = engine._step_logits(dweights, dcfg, token, state.positions + i, seg, caches[-1], None)
+        caches.append(cache)
+        return logits
+
+    drafts, logq = _propose(methods, state, k, step)
+    return drafts, logq, caches[-1]
 
 
 def _target_logits(params, cfg, state: SamplingState, drafts):
@@ -168,25 +183,22 @@ def _join_columns(weights, xs):
 
 
 def _self_draft_round(weights, cfg, exit_layer: int, methods, state: SamplingState, k: int):
-    """k drafts per row (B, k) from the target's first exit_layer layers, their sampling-distribution log-probs
-    (B, k, V), the hidden states after layer exit_layer of the row's last token and its k drafts (k + 1 steps;
-    the last one only runs d_k through the layers), and the target's cache with those layers' K/V written."""
+    """`_propose` with the target's first exit_layer layers: the drafts, their log-probs, the hidden states after
+    layer exit_layer of the row's last token and its k drafts, and the target's cache with those layers' K/V
+    written."""
     seg = (~state.done).astype(jnp.int32)[:, None]
-    stream = _stream(state.rng, _DRAFT)
-    first = slice(0, exit_layer)
-    cache, token, drafts, logq, xs = state.cache, state.last_token, [], [], []
-    for i in range(k + 1):
+    caches, xs = [state.cache], []
+
+    def step(i, token):
         pos = (state.positions + i)[:, None]
         x, cache = _layers(weights, cfg, _embed(weights, cfg, token[:, None]), pos, seg,
-                           dict(cache, index=state.cache["index"] + i), first)
+                           dict(caches[-1], index=state.cache["index"] + i), slice(0, exit_layer))
+        caches.append(cache)
         xs.append(x)
-        if i == k:
-            break
-        adjusted = apply_methods(methods, _head(weights, cfg, x, pos)[:, 0])
-        token = _draw(methods, adjusted, row_uniforms(stream, state.row_ids, state.lengths + i))
-        drafts.append(token)
-        logq.append(jax.nn.log_softmax(adjusted, axis=-1))
-    return jnp.stack(drafts, 1), jnp.stack(logq, 1), xs, cache
+        return _head(weights, cfg, x, pos)[:, 0]
+
+    drafts, logq = _propose(methods, state, k, step)
+    return drafts, logq, xs, caches[-1]
 
 
 def _rest_logits(weights, cfg, exit_layer: int, state: SamplingState, xs, cache):
