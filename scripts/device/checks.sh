@@ -32,4 +32,4 @@ export JAX_PLATFORMS=${RLPT_DEVICE_PLATFORM:-cuda}
 run 150 gpu_attention.txt python3 scripts/bench/gpu_attention.py
 run 150 plan_vs_measured.txt python3 scripts/bench/plan_vs_measured.py "target=$target" model=qwen2_5_0_5b \
   stage=sft data.seq_len=2048 data.batch_size=8 model.remat=full
-run 240 inference.txt python3 scripts/bench/inference.py --models bench10m
+run 240 inference.txt python3 scripts/bench/inference.py --models bench10m --k 3
