@@ -9,7 +9,8 @@ target's first 2 layers and head as the draft) two ways:
 Each at k = 2, 3, 4 and in float32 and bfloat16; per setting the best of --repeats runs per prompt, summed over
 --prompts prompts (32 random tokens, 128 new, temperature 1). The speed-up to plain decoding is against plain
 decoding in its faster dtype.
-Usage: python scripts/bench/self_speculation.py [--prompts 3] [--repeats 4] [--new 128]
+--draft-layers n drafts with the first n layers instead of 2.
+Usage: python scripts/bench/self_speculation.py [--prompts 3] [--repeats 4] [--new 128] [--draft-layers 2]
 The last stdout line is JSON: ours / peer = the best shared and own-cache tokens/s, ratio = ours / peer,
 speculative_ratio = ours / plain decoding (issue 31's goal: 1.5).
 """
@@ -46,12 +47,14 @@ def main():
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--draft-layers", type=int, default=2)
     args = ap.parse_args()
     base = init_model(CONFIG, seed=0)
     rng = np.random.default_rng(0)
     prompts = [rng.integers(1, CONFIG.vocab_size, (1, 32)).tolist() for _ in range(args.prompts)]
-    print(f"model: {CONFIG.num_params() / 1e6:.2f}M params, batch 1, {args.prompts} prompts x {args.new} new "
-          f"tokens; jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs", flush=True)
+    print(f"model: {CONFIG.num_params() / 1e6:.2f}M params, {args.draft_layers}-layer self-draft, batch 1, "
+          f"{args.prompts} prompts x {args.new} new tokens; jax {jax.__version__} on {jax.devices()[0].platform}, "
+          f"{os.cpu_count()} CPUs", flush=True)
     runs = {}
     for dt in DTYPES:
         model = Model(dataclasses.replace(base.config, compute_dtype=dt), base.params)
@@ -59,7 +62,7 @@ def main():
         for k in KS:
             for mode in ("shared", "own"):
                 runs[(dt, mode, k)] = lambda p, m=model, k=k, mode=mode: speculative_generate(
-                    m, 2, p, args.new, k=k, seed=1, shared_cache=mode == "shared")
+                    m, args.draft_layers, p, args.new, k=k, seed=1, shared_cache=mode == "shared")
     for fn in runs.values():
         fn(prompts[0])  # compile
     best = {key: [float("inf")] * len(prompts) for key in runs}
@@ -83,6 +86,7 @@ def main():
     peer = max((key for key in tok_s if key[1] == "own"), key=tok_s.get)
     print(json.dumps({
         "benchmark": "self_speculation_shared_cache", "unit": "new tokens/s at batch 1",
+        "draft_layers": args.draft_layers,
         "ours": round(tok_s[ours]), "ours_name": f"shared cache, {ours[0]}, k={ours[2]}",
         "peer": round(tok_s[peer]), "peer_name": f"own draft cache, full verification, {peer[0]}, k={peer[2]}",
         "ratio": round(tok_s[ours] / tok_s[peer], 3), "plain": round(plain),
