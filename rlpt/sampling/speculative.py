@@ -25,11 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlpt.models import Model
-from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_blocks, decode_embed, decode_head, decode_logits
+from rlpt.models.ops.xla_cpu_decode import DecodeLayout, decode_blocks, decode_embed, decode_head
 from rlpt.models.transformer import (
     cached_layers,
     embed_tokens,
-    hidden_states,
     layer_list,
     logits_from_hidden,
     merged_params,
@@ -133,13 +132,10 @@ def _draft_round(dweights, dcfg, methods, state: SamplingState, dcache, k: int):
 def _target_logits(params, cfg, state: SamplingState, drafts):
     """The target's logits (B, k + 1, V) of each row's last token and its k drafts (B, k), as one (k + 1)-token
     forward over its cache, and the cache after it."""
-    k = drafts.shape[1]
     feed = jnp.concatenate([state.last_token[:, None], drafts], axis=1)
-    positions, segments = _feed_slots(state, k + 1)
-    if isinstance(params, DecodeLayout):
-        return decode_logits(params.weights, cfg, feed, positions, segments, state.cache)
-    hidden, cache = hidden_states(params, cfg, feed, positions, segments, cache=state.cache)
-    return logits_from_hidden(params, cfg, hidden), cache
+    positions, segments = _feed_slots(state, feed.shape[1])
+    x, cache = _layers(params, cfg, _embed(params, cfg, feed), positions, segments, state.cache, slice(None))
+    return _head(params, cfg, x, positions), cache
 
 
 def _feed_slots(state: SamplingState, T: int):
@@ -153,7 +149,8 @@ def _feed_slots(state: SamplingState, T: int):
 # write those E layers' K/V straight into the target's cache (the same weights on the same tokens: the K/V the
 # target would write), and the verification runs only the remaining layers, on the hidden states the draft's
 # steps left after layer E. No draft cache, no draft prefill, and a verification that skips E of L layers.
-# Hidden states are in the weights' own layout: XLA:CPU's decode layout keeps (D, B * T) columns, the params
+# The target's forward in pieces (embedding, a range of layers, final norm and head), for both verifications;
+# hidden states are in the weights' own layout: XLA:CPU's decode layout keeps (D, B * T) columns, the params
 # (B, T, D) rows.
 
 def _embed(weights, cfg, tokens):

@@ -43,12 +43,11 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from sampler import CONFIG, bench_hf, best_of, matmul_floor  # noqa: E402
+from sampler import CONFIG, bench_hf, best_of, decode_weight_count, matmul_floor  # noqa: E402
 
 from rlpt.models import Model, init_model, load_pretrained  # noqa: E402
 from rlpt.models.ops.xla_cpu_decode import DecodeLayout  # noqa: E402
 from rlpt.models.transformer import forward  # noqa: E402
-from rlpt.plan.programs import body_params  # noqa: E402
 from rlpt.sampling import engine, generate  # noqa: E402
 from rlpt.sampling.speculative import self_draft, speculative_generate  # noqa: E402
 
@@ -164,7 +163,7 @@ def ceilings(label, model, draft, rows, args, rng):
     B, B1 = max(args.batches), min(args.batches)
     full, spec = rows["full"], rows["speculative"][B1]
     lower, parts = [], {}
-    n_weights = body_params(model.config) + model.config.vocab_size * model.config.hidden_size
+    n_weights = decode_weight_count(model.config)
     read_int8, bw_lower = read_seconds(n_weights), []
     for dt in DTYPES:
         mm_full, mm_int8 = (matmul_floor(model, B, dt, quant=q)[0] for q in ("none", "int8"))

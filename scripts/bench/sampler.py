@@ -88,6 +88,11 @@ def decode_products(dparams, x):
     return jnp.sum(project(dparams["head"], x, dt), axis=0)
 
 
+def decode_weight_count(cfg) -> int:
+    """The weights one decode step multiplies by: the layers' matrices and the head (V x D)."""
+    return body_params(cfg) + cfg.vocab_size * cfg.hidden_size
+
+
 def matmul_floor(model, batch, dtype, repeats=9, quant="none"):
     """(seconds, FLOP/s) of `decode_products` at `batch` columns in compute dtype `dtype`: the time one decode
     step spends on its matmuls at the rate this machine multiplies matrices of these shapes, whatever else the
@@ -98,7 +103,7 @@ def matmul_floor(model, batch, dtype, repeats=9, quant="none"):
     x = jnp.ones((cfg.hidden_size, batch), dparams["head"].dtype)
     jax.block_until_ready(decode_products(dparams, x))
     seconds = best_of(lambda: jax.block_until_ready(decode_products(dparams, x)), repeats)
-    flops = 2 * batch * (body_params(cfg) + cfg.vocab_size * cfg.hidden_size)
+    flops = 2 * batch * decode_weight_count(cfg)
     return seconds, flops / seconds
 
 
